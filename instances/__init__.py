@@ -1,0 +1,1 @@
+"""Workflow instances: models, the engine, services, API, admin."""

@@ -1,0 +1,106 @@
+"""The public error-code table: every code a client can see, with its HTTP status, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    """A public error code (`Instance:100031`) with the HTTP status it answers with."""
+
+    code: str
+    http_status: int
+    title: str
+
+
+class Codes:
+    """Every public error code. Add new codes here, nowhere else."""
+
+    APP_INVALID_REQUEST = ErrorCode("App:900002", 400, "Request body is invalid")
+    APP_INVALID_DEFINITION = ErrorCode("App:900006", 400, "Component definition is invalid")
+    APP_NOT_FOUND = ErrorCode("App:900004", 404, "Not found")
+    APP_AUTHENTICATION = ErrorCode("App:900001", 401, "Authentication required")
+    APP_METHOD_NOT_ALLOWED = ErrorCode("App:900005", 405, "Method not allowed")
+    APP_UNSUPPORTED_MEDIA = ErrorCode("App:900007", 415, "Unsupported media type")
+    APP_THROTTLED = ErrorCode("App:900008", 429, "Too many requests")
+    APP_INTERNAL = ErrorCode("App:900000", 500, "Internal error")
+    AUTHORIZATION_DENIED = ErrorCode("Authorization:110001", 403, "Not allowed")
+
+    COMPONENT_NOT_FOUND = ErrorCode("Component:100404", 404, "Component not found")
+    PUBLISH_CONFLICT = ErrorCode(
+        "Instance:100002", 409, "Same key and version already published with other content"
+    )
+    WORKFLOW_NOT_FOUND = ErrorCode("Instance:100015", 404, "Workflow not found")
+    INSTANCE_NOT_FOUND = ErrorCode("Instance:100017", 404, "Instance not found")
+    INSTANCE_COMPLETED = ErrorCode("Instance:100018", 400, "Instance is completed")
+    INSTANCE_NOT_FAULTED = ErrorCode("Instance:100027", 400, "Instance is not faulted")
+    INSTANCE_BUSY = ErrorCode("Instance:100031", 409, "Instance is busy")
+    NO_ACTIVE_INCIDENT = ErrorCode("Instance:100037", 404, "No open incident")
+    TRANSITION_NOT_FOUND = ErrorCode("Transition:100004", 404, "Transition not found")
+    TRANSITION_FORBIDDEN = ErrorCode("Transition:100010", 403, "Transition not allowed")
+    TRANSITION_CHAIN_TOO_DEEP = ErrorCode(
+        "Transition:100017", 500, "Automatic transition chain deeper than 50"
+    )
+    TRANSITION_NOT_AVAILABLE = ErrorCode(
+        "Transition:100020", 400, "Transition not available in the current state"
+    )
+    TASK_INPUT_MAPPING_FAILED = ErrorCode("Task:400007", 500, "Task input mapping failed")
+    TASK_OUTPUT_MAPPING_FAILED = ErrorCode("Task:400008", 500, "Task output mapping failed")
+    TASK_HTTP_TIMEOUT = ErrorCode("Task:Http:Timeout", 504, "HTTP task timed out")
+    TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 500, "Task type is not supported here")
+    SCRIPT_FAILED = ErrorCode("Script:100001", 500, "Script failed")
+    RESOURCE_LOCK_CONFLICT = ErrorCode("ResourceLockConflict", 409, "Resource is locked")
+    FAN_OUT_ITEM_TIMEOUT = ErrorCode("FanOut:ItemTimeout", 500, "Fan-out item timed out")
+    FAN_OUT_BATCH_TIMEOUT = ErrorCode("FanOut:BatchTimeout", 500, "Fan-out batch timed out")
+    FAN_OUT_ITEM_CANCELLED = ErrorCode("FanOut:ItemCancelled", 500, "Fan-out item cancelled")
+    FAN_OUT_ITEM_NOT_STARTED = ErrorCode("FanOut:ItemNotStarted", 500, "Fan-out item not started")
+    FAN_OUT_ITEM_FAILED = ErrorCode("FanOut:ItemFailed", 500, "Fan-out item failed")
+    NOT_AN_EVENT_TRANSITION = ErrorCode("NotAnEventTransition", 400, "Not an event transition")
+
+    @staticmethod
+    def task_http(status: int) -> ErrorCode:
+        """The code of an HTTP task that answered `status` (`Task:Http:503`)."""
+        return ErrorCode(f"Task:Http:{status}", 502, f"HTTP task answered {status}")
+
+
+def all_codes() -> list[ErrorCode]:
+    """Every static code in the table, for documentation and tests."""
+    return [value for value in vars(Codes).values() if isinstance(value, ErrorCode)]
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One problem found in a document: where (a JSON pointer) and what."""
+
+    pointer: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The `errors[]` item of the error body."""
+        return {"pointer": self.pointer, "message": self.message}
+
+
+@dataclass
+class VNextError(Exception):
+    """A business error carrying a public code; the API turns it into the RFC 7807 body."""
+
+    error: ErrorCode
+    detail: str
+    violations: list[Violation] = field(default_factory=list)
+    instance_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(f"{self.error.code}: {self.detail}")
+
+    @property
+    def code(self) -> str:
+        """The public code, e.g. `Instance:100031`."""
+        return self.error.code
+
+    @property
+    def http_status(self) -> int:
+        """The HTTP status the code answers with."""
+        return self.error.http_status

@@ -1,0 +1,1 @@
+"""Instance models. The engine core issue adds Instance, InstanceTransition, Job and the rest."""

@@ -1,0 +1,1 @@
+"""Business resource locks: TTL rows acquired by one compare-and-set statement."""

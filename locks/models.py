@@ -1,0 +1,1 @@
+"""Resource-lock models. The resource-lock issue adds ResourceLock."""

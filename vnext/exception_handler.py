@@ -1,0 +1,92 @@
+"""The one DRF exception handler: every error becomes an RFC 7807 body with a public `errorCode`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from instances.engine.errors import Codes, ErrorCode, Violation, VNextError
+
+logger = logging.getLogger("vnext.api")
+
+_DRF_CODES: list[tuple[type[exceptions.APIException], ErrorCode]] = [
+    (exceptions.ParseError, Codes.APP_INVALID_REQUEST),
+    (exceptions.ValidationError, Codes.APP_INVALID_REQUEST),
+    (exceptions.NotAuthenticated, Codes.APP_AUTHENTICATION),
+    (exceptions.AuthenticationFailed, Codes.APP_AUTHENTICATION),
+    (exceptions.PermissionDenied, Codes.AUTHORIZATION_DENIED),
+    (exceptions.NotFound, Codes.APP_NOT_FOUND),
+    (exceptions.MethodNotAllowed, Codes.APP_METHOD_NOT_ALLOWED),
+    (exceptions.UnsupportedMediaType, Codes.APP_UNSUPPORTED_MEDIA),
+    (exceptions.Throttled, Codes.APP_THROTTLED),
+]
+
+
+def problem_body(
+    error: ErrorCode,
+    detail: str,
+    *,
+    http_status: int | None = None,
+    violations: list[Violation] | None = None,
+    instance_id: str | None = None,
+) -> dict[str, Any]:
+    """The RFC 7807 error body of API.md section 1."""
+    body: dict[str, Any] = {
+        "type": f"https://vnext.dev/errors/{error.code}",
+        "title": error.title,
+        "status": http_status or error.http_status,
+        "detail": detail,
+        "errorCode": error.code,
+    }
+    if instance_id:
+        body["instanceId"] = instance_id
+    if violations:
+        body["errors"] = [violation.as_dict() for violation in violations]
+    return body
+
+
+def _flatten(detail: Any, path: tuple[str, ...] = ()) -> list[Violation]:
+    if isinstance(detail, dict):
+        return [v for key, value in detail.items() for v in _flatten(value, (*path, str(key)))]
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return [Violation("".join(f"/{p}" for p in path), str(item)) for item in detail]
+        return [v for i, item in enumerate(detail) for v in _flatten(item, (*path, str(i)))]
+    return [Violation("".join(f"/{p}" for p in path), str(detail))]
+
+
+def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Turn `VNextError`, DRF and Django exceptions into the error body; never a stack trace."""
+    if isinstance(exc, VNextError):
+        body = problem_body(
+            exc.error, exc.detail, violations=exc.violations, instance_id=exc.instance_id
+        )
+        return Response(body, status=exc.http_status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "Not found.")
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    if isinstance(exc, exceptions.APIException):
+        error = next(
+            (code for cls, code in _DRF_CODES if isinstance(exc, cls)), Codes.APP_INTERNAL
+        )
+        detail = exc.detail
+        violations = _flatten(detail) if isinstance(detail, dict | list) else []
+        text = "Request body is invalid." if violations else str(detail)
+        body = problem_body(error, text, http_status=exc.status_code, violations=violations)
+        response = Response(body, status=exc.status_code)
+        if isinstance(exc, exceptions.Throttled) and exc.wait:
+            response["Retry-After"] = str(int(exc.wait))
+        for header in ("WWW-Authenticate",):
+            auth_header = getattr(exc, "auth_header", None)
+            if auth_header:
+                response[header] = auth_header
+        return response
+    logger.exception("unhandled error in %s", context.get("view"))
+    body = problem_body(Codes.APP_INTERNAL, "Internal error; it has been logged.")
+    return Response(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)

@@ -1,0 +1,1 @@
+"""The component registry: import, validation (JSON Schema + semantic + scripts), versions, admin."""

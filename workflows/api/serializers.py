@@ -1,0 +1,31 @@
+"""Serializers of the definitions API (output shapes; input is the raw component document)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from workflows.models import Component
+
+
+class ComponentVersionOutputSerializer(serializers.ModelSerializer):
+    """One published version in a listing."""
+
+    class Meta:
+        model = Component
+        fields = ["version", "flowVersion", "tags", "contentHash", "publishedBy", "createdAt"]
+
+    flowVersion = serializers.CharField(source="flow_version")  # noqa: N815
+    contentHash = serializers.CharField(source="content_hash")  # noqa: N815
+    publishedBy = serializers.CharField(source="published_by")  # noqa: N815
+    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
+
+
+class PublishResultOutputSerializer(serializers.Serializer):
+    """The answer to a publish: which component, and whether it was new."""
+
+    kind = serializers.CharField()
+    domain = serializers.CharField()
+    key = serializers.CharField()
+    version = serializers.CharField()
+    status = serializers.ChoiceField(choices=["published", "unchanged"])
+    contentHash = serializers.CharField()  # noqa: N815

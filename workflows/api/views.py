@@ -1,0 +1,145 @@
+"""Definitions API (API.md section 4): publish components and read them back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from instances.engine.errors import Codes, Violation, VNextError
+from workflows.api.serializers import (
+    ComponentVersionOutputSerializer,
+    PublishResultOutputSerializer,
+)
+from workflows.documents import ComponentKind
+from workflows.selectors import component_get, component_list
+from workflows.services import PublishResult, RegistryResolver, component_publish
+
+
+class CanPublishComponents(BasePermission):
+    """Publishing needs the `workflows.add_component` permission (operators, CI users)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.has_perm("workflows.add_component"))
+
+
+def _checked_kind(kind: str) -> str:
+    if kind not in ComponentKind.values:
+        raise VNextError(
+            Codes.COMPONENT_NOT_FOUND,
+            f"unknown component kind {kind!r}; one of: {', '.join(ComponentKind.values)}",
+        )
+    return kind
+
+
+def _result(result: PublishResult) -> dict[str, Any]:
+    ref = result.ref
+    return {
+        "kind": ref.kind,
+        "domain": ref.domain,
+        "key": ref.key,
+        "version": ref.version,
+        "status": result.status,
+        "contentHash": result.component.content_hash,
+    }
+
+
+class DefinitionPublishView(APIView):
+    """Publish one component document, or a JSON array of them (all or nothing)."""
+
+    permission_classes = [CanPublishComponents]
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: PublishResultOutputSerializer},
+        summary="Publish a component definition",
+        description=(
+            "Validates the document (JSON Schema, semantic rules, scripts) and stores it. "
+            "Publishing the same content again is a no-op (status `unchanged`); other content "
+            "under a published key+version answers 409 `Instance:100002`. Invalid documents get "
+            "400 `App:900006` with every violation as a JSON pointer."
+        ),
+    )
+    def post(self, request: Request) -> Response:
+        """Publish and answer with what was stored."""
+        user = request.user.get_username()
+        if not isinstance(request.data, list):
+            return Response(_result(component_publish(document=request.data, published_by=user)))
+        documents = request.data
+        results, violations = [], []
+        # All or nothing: a rejected document rolls back the ones before it.
+        with transaction.atomic():
+            batch = {}
+            for document in documents:
+                resolver = RegistryResolver(batch=batch)
+                try:
+                    result = component_publish(
+                        document=document, published_by=user, resolver=resolver
+                    )
+                except VNextError as exc:
+                    index = len(results) + len(violations)
+                    violations.extend(
+                        Violation(f"/{index}{v.pointer}", v.message)
+                        for v in exc.violations or [Violation("", exc.detail)]
+                    )
+                    if exc.error == Codes.PUBLISH_CONFLICT:
+                        raise
+                    continue
+                batch[result.ref] = document
+                results.append(_result(result))
+            if violations:
+                transaction.set_rollback(True)
+        if violations:
+            raise VNextError(
+                Codes.APP_INVALID_DEFINITION,
+                "nothing was published: some documents are invalid",
+                violations=violations,
+            )
+        return Response({"items": results})
+
+
+class DefinitionDetailView(APIView):
+    """One component document."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("version", str, description="exact version; default newest")],
+        responses={200: OpenApiTypes.OBJECT},
+        summary="Read a component definition",
+    )
+    def get(self, request: Request, kind: str, domain: str, key: str) -> Response:
+        """The stored document of `kind` `domain/key` at `?version=` (default: newest)."""
+        component = component_get(
+            kind=_checked_kind(kind),
+            domain=domain,
+            key=key,
+            version=request.query_params.get("version") or None,
+        )
+        response = Response(component.document)
+        response["ETag"] = f'"{component.content_hash}"'
+        return response
+
+
+class DefinitionListView(APIView):
+    """Every component of a kind in a domain, with its versions."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List component definitions")
+    def get(self, request: Request, kind: str, domain: str) -> Response:
+        """`{"items": [{"key", "latest", "versions": [...]}]}`, keys sorted, newest first."""
+        grouped: dict[str, list[Any]] = {}
+        for component in component_list(kind=_checked_kind(kind), domain=domain):
+            grouped.setdefault(component.key, []).append(component)
+        items = [
+            {
+                "key": key,
+                "latest": versions[0].version,
+                "versions": ComponentVersionOutputSerializer(versions, many=True).data,
+            }
+            for key, versions in grouped.items()
+        ]
+        return Response({"kind": kind, "domain": domain, "items": items})

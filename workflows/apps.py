@@ -1,0 +1,11 @@
+"""The component registry app."""
+
+from django.apps import AppConfig
+
+
+class WorkflowsConfig(AppConfig):
+    """Component registry: definitions, validation, versions."""
+
+    name = "workflows"
+    verbose_name = "Workflow definitions"
+    default_auto_field = "django.db.models.BigAutoField"

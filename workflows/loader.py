@@ -1,0 +1,105 @@
+"""Reading component files from disk: a file or a folder tree like vnext-example's
+`core/Workflows/...`. Each script's `location` is read relative to its JSON file and embedded;
+`{"ref": "path.json"}` references are replaced by the referenced component's identity."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from workflows.documents import detect_kind
+from workflows.services import BatchItem
+from workflows.validation.scripts import iter_script_sites
+
+IGNORED_DIRS = frozenset({"node_modules", ".git", ".venv", "__pycache__"})
+IGNORED_FILES = frozenset({"package.json", "package-lock.json", "tsconfig.json"})
+
+
+def discover_files(paths: Iterable[str | Path]) -> Iterator[Path]:
+    """Every `.json` file named or found under the given paths, in a stable order."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            yield path
+        elif path.is_dir():
+            for candidate in sorted(path.rglob("*.json")):
+                relative = candidate.relative_to(path).parts
+                hidden = any(part.startswith(".") or part in IGNORED_DIRS for part in relative)
+                if not hidden and candidate.name not in IGNORED_FILES:
+                    yield candidate
+        else:
+            raise FileNotFoundError(f"{path} does not exist")
+
+
+def load_file(path: Path) -> BatchItem:
+    """Read one file into a batch item: parsed, scripts embedded, file references resolved."""
+    source = str(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return BatchItem(document=None, source=source, status="rejected", message=str(exc))
+    kind = detect_kind(document)
+    if kind is None:
+        return BatchItem(
+            document=document, source=source, status="skipped", message="not a vNext component"
+        )
+    for site in iter_script_sites(document, kind):
+        embed_script(site.node, path.parent)
+    _resolve_file_references(document, path.parent)
+    return BatchItem(document=document, source=source)
+
+
+def script_file_for(location: str, base_dir: Path) -> Path | None:
+    """The Python file a script `location` names: `./src/X.py`, or for a vNext `./src/X.csx`
+    its re-authored Python twin `./src/X.py`. None when neither exists."""
+    candidate = (base_dir / location).resolve()
+    python_twin = candidate.with_suffix(".py")
+    if python_twin.is_file():
+        return python_twin
+    return None
+
+
+def embed_script(node: dict[str, Any], base_dir: Path) -> None:
+    """Embed the script file a script object's `location` names, as plain text (`NAT`)."""
+    location = node.get("location")
+    if not isinstance(location, str) or not location or node.get("encoding") == "REF":
+        return
+    script_file = script_file_for(location, base_dir)
+    if script_file is None:
+        return  # an embedded `code` stays; an empty one is reported as "script missing"
+    node["code"] = script_file.read_text(encoding="utf-8")
+    node["encoding"] = "NAT"
+    if location.endswith(".csx"):
+        node["location"] = location[: -len(".csx")] + ".py"
+
+
+def _resolve_file_references(node: Any, base_dir: Path) -> None:
+    if isinstance(node, dict):
+        for key, value in list(node.items()):
+            if isinstance(value, dict) and set(value) == {"ref"} and isinstance(value["ref"], str):
+                target = _read_reference(value["ref"], base_dir)
+                if target is not None:
+                    node[key] = target
+            else:
+                _resolve_file_references(value, base_dir)
+    elif isinstance(node, list):
+        for value in node:
+            _resolve_file_references(value, base_dir)
+
+
+def _read_reference(ref: str, base_dir: Path) -> dict[str, str] | None:
+    for folder in (base_dir, *base_dir.parents):
+        candidate = folder / ref
+        if candidate.is_file():
+            try:
+                target = json.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                return None
+            if isinstance(target, dict):
+                return {
+                    name: str(target.get(name, ""))
+                    for name in ("key", "domain", "flow", "version")
+                }
+    return None

@@ -1,0 +1,96 @@
+"""`manage.py vnext_run`: the embedded server behind `make run`.
+
+Migrates, imports `examples/`, makes sure an operator account exists, then serves HTTP and
+Channels on 127.0.0.1:$PORT until Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from rest_framework.authtoken.models import Token
+
+from vnext.conf import vnext_setting
+
+
+class Command(BaseCommand):
+    """Prepare the database and serve the platform (uvicorn, ASGI: HTTP + Channels)."""
+
+    help = "Run the embedded vNext server: migrate, import examples, operator account, serve."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--no-examples", action="store_true", help="skip importing examples")
+        parser.add_argument(
+            "--prepare-only", action="store_true", help="migrate, import, create the operator"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._prepare_database_folder()
+        call_command("migrate", interactive=False, verbosity=0)
+        self.stdout.write("database migrated")
+        if not options["no_examples"]:
+            self._import_examples()
+        self._ensure_operator()
+        if options["prepare_only"]:
+            return
+        self._serve(options["host"], options["port"])
+
+    def _prepare_database_folder(self) -> None:
+        database = settings.DATABASES["default"]
+        if database["ENGINE"].endswith("sqlite3"):
+            Path(str(database["NAME"])).parent.mkdir(parents=True, exist_ok=True)
+
+    def _import_examples(self) -> None:
+        examples = vnext_setting("EXAMPLES_DIR")
+        if not examples or not Path(examples).is_dir():
+            return
+        try:
+            call_command("import_components", str(examples), no_progress=True, verbosity=0)
+        except CommandError as exc:
+            self.stderr.write(self.style.WARNING(f"some examples were rejected: {exc}"))
+        self.stdout.write(f"examples imported from {examples}")
+
+    def _ensure_operator(self) -> None:
+        user_model = get_user_model()
+        username = os.environ.get("VNEXT_OPERATOR_USERNAME", "operator")
+        password = os.environ.get("VNEXT_OPERATOR_PASSWORD", "")
+        user = user_model.objects.filter(username=username).first()
+        if user is not None and not password:
+            self.stdout.write(f"operator account: {username} (existing; password unchanged)")
+            return
+        generated = not password
+        password = password or secrets.token_urlsafe(12)
+        if user is None:
+            user = user_model.objects.create_superuser(username=username, password=password)
+        else:
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        token, _ = Token.objects.get_or_create(user=user)
+        shown = password if generated else "(from VNEXT_OPERATOR_PASSWORD)"
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"operator account: {username} / {shown}\n"
+                f"API token:        {token.key}  (header: Authorization: Token <key>)"
+            )
+        )
+
+    def _serve(self, host: str, port: int) -> None:
+        import uvicorn
+
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"serving http://{host}:{port}/  admin: /admin/  API docs: /api/docs/  "
+                "(Ctrl-C to stop)"
+            )
+        )
+        # uvicorn installs its own SIGINT/SIGTERM handlers and shuts down gracefully.
+        uvicorn.run("vnext.asgi:application", host=host, port=port, log_level="info", lifespan="off")

@@ -1,0 +1,68 @@
+"""The component registry: every published definition (workflow, task, schema, ...), immutable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+
+from workflows.documents import ComponentKind, ComponentRef
+
+
+class Component(models.Model):
+    """One published version of a component. Rows are inserted once and never changed."""
+
+    kind = models.CharField(max_length=16, choices=ComponentKind.choices)
+    domain = models.CharField(max_length=100)
+    key = models.CharField(max_length=200)
+    version = models.CharField(max_length=64)
+    version_major = models.PositiveIntegerField()
+    version_minor = models.PositiveIntegerField()
+    version_patch = models.PositiveIntegerField()
+    # A release sorts after its pre-releases: 1.0.0-beta.1 < 1.0.0.
+    version_is_release = models.BooleanField()
+    version_prerelease = models.CharField(max_length=64, blank=True)
+    flow = models.CharField(max_length=100)
+    flow_version = models.CharField(max_length=64, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    document = models.JSONField()
+    content_hash = models.CharField(max_length=64)
+    published_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "domain", "key", "version"], name="component_unique_version"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=[
+                    "kind",
+                    "domain",
+                    "key",
+                    "-version_major",
+                    "-version_minor",
+                    "-version_patch",
+                    "-version_is_release",
+                ],
+                name="component_latest_idx",
+            ),
+        ]
+        ordering = ["kind", "domain", "key", "-version_major", "-version_minor", "-version_patch"]
+
+    def __str__(self) -> str:
+        return str(self.ref)
+
+    @property
+    def ref(self) -> ComponentRef:
+        """The component's identity."""
+        return ComponentRef(self.kind, self.domain, self.key, self.version)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Insert only: a published version is immutable."""
+        if not self._state.adding:
+            raise ValueError(f"{self} is published and immutable; publish a new version instead")
+        super().save(*args, **kwargs)

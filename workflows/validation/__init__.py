@@ -1,0 +1,34 @@
+"""Validation of component documents: JSON Schema (structural), then semantic and script checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instances.engine.errors import Violation
+from workflows.documents import detect_kind
+from workflows.validation.scripts import Resolver, script_violations
+from workflows.validation.semantic import semantic_violations
+from workflows.validation.structural import structural_violations
+
+
+def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
+    """Every violation of a component document: structural, semantic and script checks at once.
+
+    A semantic finding replaces a structural one at the same pointer (it says more).
+    """
+    kind = detect_kind(document)
+    if kind is None:
+        return [
+            Violation(
+                "",
+                "not a vNext component: expected an object with key, domain, version, flow "
+                "(sys-flows, sys-tasks, sys-schemas, ...) and attributes",
+            )
+        ]
+    structural = structural_violations(document, kind)
+    specific = semantic_violations(document, kind, resolver)
+    specific += script_violations(document, kind, resolver)
+    pointers = {violation.pointer for violation in specific}
+    merged = [v for v in structural if v.pointer not in pointers] + specific
+    unique = dict.fromkeys(merged)
+    return sorted(unique, key=lambda violation: violation.pointer)

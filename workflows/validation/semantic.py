@@ -1,0 +1,318 @@
+"""Semantic checks the JSON Schema cannot express (API.md section 4, seed 001, seed 002).
+
+Each check reads the document defensively: a structurally broken document still gets every
+semantic finding that can be made, never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from instances.engine.errors import Violation
+from workflows.documents import KIND_BY_FLOW, ComponentKind, ComponentRef, json_pointer
+from workflows.validation.scripts import Resolver
+
+MANUAL, AUTOMATIC, SCHEDULED, EVENT = 0, 1, 2, 3
+DEFAULT_AUTO = 10
+INITIAL, INTERMEDIATE, FINAL, SUBFLOW, WIZARD = 1, 2, 3, 4, 5
+SELF = "$self"
+ABORT, RETRY, ROLLBACK, NOTIFY = 0, 1, 2, 4
+FAN_OUT_TYPE = "21"
+
+
+def _dicts(value: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if isinstance(item, dict):
+                yield index, item
+
+
+def semantic_violations(document: Any, kind: str, resolver: Resolver) -> list[Violation]:
+    """Every semantic violation of a component document."""
+    if not isinstance(document, dict):
+        return []
+    violations = list(_reference_violations(document, resolver))
+    if kind == ComponentKind.WORKFLOW:
+        violations.extend(_workflow_violations(document))
+    elif kind == ComponentKind.TASK:
+        violations.extend(_fan_out_violations(document, resolver))
+    return violations
+
+
+# --- references --------------------------------------------------------------------------------
+
+
+def _reference_violations(document: dict[str, Any], resolver: Resolver) -> Iterator[Violation]:
+    """Every explicit `{key, domain, flow, version}` reference resolves; `ref` forms are resolved
+    by `import_components` before publishing."""
+
+    def walk(node: Any, path: tuple[Any, ...]) -> Iterator[Violation]:
+        if isinstance(node, dict):
+            if path and set(node) == {"ref"} and isinstance(node["ref"], str):
+                yield Violation(
+                    json_pointer(*path, "ref"),
+                    f"file reference {node['ref']!r} is not resolved; publish with "
+                    "import_components, which turns it into key/domain/flow/version",
+                )
+                return
+            flow = node.get("flow")
+            if path and isinstance(flow, str) and flow in KIND_BY_FLOW and "key" in node:
+                ref = ComponentRef.from_reference(node)
+                if ref is not None and resolver.resolve(ref) is None:
+                    yield Violation(json_pointer(*path), f"referenced {ref} does not exist")
+                return
+            for key, value in node.items():
+                if key == "code" and node.get("encoding") == "REF":
+                    continue  # checked with the script
+                yield from walk(value, (*path, key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from walk(value, (*path, index))
+
+    attributes = document.get("attributes")
+    if isinstance(attributes, dict):
+        for key, value in attributes.items():
+            if key == "schema" and document.get("flow") == "sys-schemas":
+                continue  # a schema component's body is a JSON Schema, not references
+            yield from walk(value, ("attributes", key))
+
+
+# --- workflows ---------------------------------------------------------------------------------
+
+
+def _workflow_violations(document: dict[str, Any]) -> Iterator[Violation]:
+    attributes = document.get("attributes")
+    if not isinstance(attributes, dict):
+        return
+    states = list(_dicts(attributes.get("states")))
+    state_types = {state.get("key"): state.get("stateType") for _, state in states}
+    state_keys = set(state_types)
+
+    yield from _state_violations(states, state_types)
+    yield from _start_violations(attributes.get("startTransition"), state_types)
+
+    for index, state in states:
+        base = ("attributes", "states", index)
+        transitions = list(_dicts(state.get("transitions")))
+        seen: set[Any] = set()
+        for t_index, transition in transitions:
+            path = (*base, "transitions", t_index)
+            if transition.get("key") in seen:
+                yield Violation(
+                    json_pointer(*path, "key"),
+                    f"duplicate transition key {transition.get('key')!r} in this state",
+                )
+            seen.add(transition.get("key"))
+            yield from _target_violations(transition, path, state_keys, allow_self=True)
+            yield from _trigger_violations(transition, path, allowed=(0, 1, 2, 3))
+        if state.get("stateType") == WIZARD:
+            manual = [t for _, t in transitions if t.get("triggerType") == MANUAL]
+            if len(manual) != 1:
+                yield Violation(
+                    json_pointer(*base, "transitions"),
+                    f"a wizard state (stateType 5) has exactly one manual transition, "
+                    f"found {len(manual)}",
+                )
+        if state.get("stateType") == FINAL and transitions:
+            yield Violation(
+                json_pointer(*base, "transitions"), "a final state (stateType 3) has no transitions"
+            )
+        if state.get("stateType") == SUBFLOW and not isinstance(state.get("subFlow"), dict):
+            yield Violation(
+                json_pointer(*base, "subFlow"), "a subflow state (stateType 4) needs subFlow"
+            )
+        yield from _error_boundary_violations(state.get("errorBoundary"), (*base, "errorBoundary"))
+
+    for s_index, shared in _dicts(attributes.get("sharedTransitions")):
+        path = ("attributes", "sharedTransitions", s_index)
+        yield from _target_violations(shared, path, state_keys, allow_self=True)
+        yield from _trigger_violations(shared, path, allowed=(MANUAL, SCHEDULED, EVENT))
+        yield from _available_in_violations(shared, path, state_keys)
+
+    for name in ("cancel", "exit", "updateData"):
+        special = attributes.get(name)
+        if not isinstance(special, dict):
+            continue
+        path = ("attributes", name)
+        if name == "updateData":
+            if special.get("target") != SELF:
+                yield Violation(
+                    json_pointer(*path, "target"), "updateData's target is always '$self'"
+                )
+        else:
+            yield from _target_violations(special, path, state_keys, allow_self=False)
+        yield from _trigger_violations(special, path, allowed=(MANUAL,), name=name)
+        yield from _available_in_violations(special, path, state_keys)
+
+    timeout = attributes.get("timeout")
+    if isinstance(timeout, dict):
+        yield from _target_violations(timeout, ("attributes", "timeout"), state_keys, False)
+    yield from _error_boundary_violations(
+        attributes.get("errorBoundary"), ("attributes", "errorBoundary")
+    )
+
+
+def _state_violations(
+    states: list[tuple[int, dict[str, Any]]], state_types: dict[Any, Any]
+) -> Iterator[Violation]:
+    initial = [index for index, state in states if state.get("stateType") == INITIAL]
+    if not initial:
+        yield Violation(
+            json_pointer("attributes", "states"),
+            "the workflow has no Initial state (stateType 1); exactly one is required",
+        )
+    for index in initial[1:]:
+        yield Violation(
+            json_pointer("attributes", "states", index, "stateType"),
+            "a second Initial state; exactly one state has stateType 1",
+        )
+    seen: set[Any] = set()
+    for index, state in states:
+        if state.get("key") in seen:
+            yield Violation(
+                json_pointer("attributes", "states", index, "key"),
+                f"duplicate state key {state.get('key')!r}",
+            )
+        seen.add(state.get("key"))
+
+
+def _start_violations(start: Any, state_types: dict[Any, Any]) -> Iterator[Violation]:
+    if not isinstance(start, dict):
+        return
+    path = ("attributes", "startTransition")
+    yield from _trigger_violations(start, path, allowed=(MANUAL,), name="startTransition")
+    target = start.get("target")
+    if isinstance(target, str) and target not in state_types:
+        yield Violation(json_pointer(*path, "target"), f"target state {target!r} does not exist")
+    elif isinstance(target, str) and state_types.get(target) != INITIAL:
+        yield Violation(
+            json_pointer(*path, "target"),
+            f"the start transition must target the Initial state, not {target!r}",
+        )
+
+
+def _target_violations(
+    transition: dict[str, Any], path: tuple[Any, ...], state_keys: set[Any], allow_self: bool
+) -> Iterator[Violation]:
+    target = transition.get("target")
+    if not isinstance(target, str):
+        return
+    if target == SELF:
+        if not allow_self:
+            yield Violation(json_pointer(*path, "target"), "'$self' is not allowed here")
+    elif target not in state_keys:
+        yield Violation(json_pointer(*path, "target"), f"target state {target!r} does not exist")
+
+
+def _trigger_violations(
+    transition: dict[str, Any], path: tuple[Any, ...], allowed: tuple[int, ...], name: str = ""
+) -> Iterator[Violation]:
+    trigger = transition.get("triggerType")
+    if not isinstance(trigger, int):
+        return
+    if trigger not in allowed:
+        what = name or ("a shared transition" if "sharedTransitions" in path else "a transition")
+        yield Violation(
+            json_pointer(*path, "triggerType"),
+            f"{what} may only have triggerType {' or '.join(map(str, allowed))} "
+            f"({'manual only' if allowed == (MANUAL,) else 'no automatic'}), got {trigger}",
+        )
+        return
+    if trigger == AUTOMATIC and transition.get("triggerKind") != DEFAULT_AUTO:
+        if not transition.get("rule"):
+            yield Violation(
+                json_pointer(*path, "rule"),
+                "an automatic transition (triggerType 1) needs a rule unless triggerKind is 10",
+            )
+    if trigger == SCHEDULED and not transition.get("timer"):
+        yield Violation(
+            json_pointer(*path, "timer"), "a scheduled transition (triggerType 2) needs a timer"
+        )
+    if trigger == EVENT and not transition.get("event"):
+        yield Violation(
+            json_pointer(*path, "event"), "an event transition (triggerType 3) needs an event"
+        )
+
+
+def _available_in_violations(
+    transition: dict[str, Any], path: tuple[Any, ...], state_keys: set[Any]
+) -> Iterator[Violation]:
+    available = transition.get("availableIn")
+    if not isinstance(available, list):
+        return
+    for index, entry in enumerate(available):
+        key = entry.get("state") if isinstance(entry, dict) else entry
+        if isinstance(key, str) and key not in state_keys:
+            yield Violation(
+                json_pointer(*path, "availableIn", index), f"state {key!r} does not exist"
+            )
+
+
+def _error_boundary_violations(boundary: Any, path: tuple[Any, ...]) -> Iterator[Violation]:
+    if not isinstance(boundary, dict):
+        return
+    for index, rule in _dicts(boundary.get("onError")):
+        rule_path = (*path, "onError", index)
+        action = rule.get("action")
+        if action in (ROLLBACK, NOTIFY) and not rule.get("transition"):
+            yield Violation(
+                json_pointer(*rule_path, "transition"),
+                "Rollback and Notify rules name the transition to trigger",
+            )
+        if action == ABORT and rule.get("transition"):
+            yield Violation(
+                json_pointer(*rule_path, "transition"), "an Abort rule names no transition"
+            )
+        if action == RETRY and not isinstance(rule.get("retryPolicy"), dict):
+            yield Violation(
+                json_pointer(*rule_path, "retryPolicy"), "a Retry rule needs a retryPolicy"
+            )
+
+
+# --- fan-out tasks (seed 002, "Doğrulama") --------------------------------------------------------
+
+
+def _fan_out_violations(document: dict[str, Any], resolver: Resolver) -> Iterator[Violation]:
+    attributes = document.get("attributes")
+    if not isinstance(attributes, dict) or str(attributes.get("type")) != FAN_OUT_TYPE:
+        return
+    config = attributes.get("config")
+    if not isinstance(config, dict):
+        return
+    base = ("attributes", "config")
+    if config.get("mode", "inline") != "inline":
+        yield Violation(
+            json_pointer(*base, "mode"),
+            f"mode {config.get('mode')!r} is not supported: only 'inline' ('durable' is reserved)",
+        )
+    items_path = config.get("itemsPath")
+    if isinstance(items_path, str) and not items_path.startswith("$."):
+        yield Violation(json_pointer(*base, "itemsPath"), "itemsPath must start with '$.'")
+    execution = config.get("execution") if isinstance(config.get("execution"), dict) else {}
+    item_timeout = execution.get("itemTimeoutSeconds", 30)
+    batch_timeout = execution.get("batchTimeoutSeconds", 120)
+    if (
+        isinstance(item_timeout, int)
+        and isinstance(batch_timeout, int)
+        and item_timeout > batch_timeout
+    ):
+        yield Violation(
+            json_pointer(*base, "execution", "itemTimeoutSeconds"),
+            f"itemTimeoutSeconds ({item_timeout}) exceeds batchTimeoutSeconds ({batch_timeout})",
+        )
+    join = config.get("join") if isinstance(config.get("join"), dict) else {}
+    if join.get("policy") == "quorum":
+        min_success = join.get("minSuccess")
+        if not isinstance(min_success, int) or min_success < 1:
+            yield Violation(
+                json_pointer(*base, "join", "minSuccess"),
+                "the quorum policy needs minSuccess >= 1",
+            )
+    inner_ref = ComponentRef.from_reference(config.get("task"))
+    inner = resolver.resolve(inner_ref) if inner_ref else None
+    if inner is not None and str(inner.get("attributes", {}).get("type")) == FAN_OUT_TYPE:
+        yield Violation(
+            json_pointer(*base, "task"),
+            f"nested fan-out: the inner task {inner_ref} is itself a Fan-Out task (type 21)",
+        )

@@ -1,0 +1,174 @@
+"""Structural validation against the vendored vNext JSON Schemas, with this platform's extensions.
+
+The vendored files stay as upstream ships them; `_extend` adds, in memory, what the Python runtime
+accepts beyond them: task type 21 (Fan-Out), `.py` script locations and `scripts.allowedModules`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft7Validator
+from jsonschema.exceptions import ValidationError, best_match
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+
+from instances.engine.errors import Violation
+from workflows.documents import ComponentKind, json_pointer
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "vnext-schema" / "schemas"
+
+SCHEMA_FILE_BY_KIND: dict[str, str] = {
+    ComponentKind.WORKFLOW: "workflow-definition.schema.json",
+    ComponentKind.TASK: "task-definition.schema.json",
+    ComponentKind.SCHEMA: "schema-definition.schema.json",
+    ComponentKind.VIEW: "view-definition.schema.json",
+    ComponentKind.FUNCTION: "function-definition.schema.json",
+    ComponentKind.EXTENSION: "extension-definition.schema.json",
+    ComponentKind.MAPPING: "mapping-definition.schema.json",
+}
+
+_CSX_LOCATION = r"^\./.*\.csx$"
+_SCRIPT_LOCATION = r"^\./.*\.(csx|py)$"
+_MODULE_NAME = r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*$"
+
+FAN_OUT_CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Fan-Out Task configuration (seed 002)",
+    "required": ["task"],
+    "properties": {
+        "mode": {"type": "string", "enum": ["inline", "durable"], "default": "inline"},
+        "itemsPath": {"type": "string"},
+        "itemAlias": {"type": "string"},
+        "task": {
+            "type": "object",
+            "required": ["key", "domain", "flow", "version"],
+            "properties": {
+                "key": {"type": "string", "pattern": "^[a-z0-9-]+$"},
+                "domain": {"type": "string", "pattern": "^[a-z0-9-]+$"},
+                "flow": {"type": "string", "const": "sys-tasks"},
+                "version": {"type": "string"},
+            },
+            "additionalProperties": False,
+        },
+        "execution": {
+            "type": "object",
+            "properties": {
+                "maxDegreeOfParallelism": {"type": "integer", "minimum": 1, "default": 4},
+                "itemTimeoutSeconds": {"type": "integer", "minimum": 1, "default": 30},
+                "batchTimeoutSeconds": {"type": "integer", "minimum": 1, "default": 120},
+            },
+            "additionalProperties": False,
+        },
+        "join": {
+            "type": "object",
+            "properties": {
+                "policy": {
+                    "type": "string",
+                    "enum": ["all", "allSettled", "quorum", "firstSuccess"],
+                    "default": "allSettled",
+                },
+                "minSuccess": {"type": "integer"},
+                "resultKey": {"type": "string", "minLength": 1, "default": "fanOutResults"},
+                "ordered": {"type": "boolean", "default": True},
+            },
+            "additionalProperties": False,
+        },
+        "errorBoundary": {"type": "object"},
+    },
+    "additionalProperties": False,
+}
+
+
+def _walk(node: Any) -> Any:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
+    schema = copy.deepcopy(schema)
+    for node in _walk(schema):
+        if node.get("pattern") == _CSX_LOCATION:
+            node["pattern"] = _SCRIPT_LOCATION
+        properties = node.get("properties")
+        if isinstance(properties, dict) and {"helpers", "allowedAssemblies"} <= set(properties):
+            properties["allowedModules"] = {
+                "type": "array",
+                "description": "Python modules the sandbox lets this flow's scripts import.",
+                "items": {"type": "string", "pattern": _MODULE_NAME},
+            }
+    if kind == ComponentKind.TASK:
+        attributes = schema["properties"]["attributes"]
+        attributes["properties"]["type"]["enum"].append("21")
+        attributes["properties"]["type"].setdefault("enumDescriptions", []).append("Fan-Out Task")
+        attributes["allOf"].append(
+            {
+                "if": {"properties": {"type": {"const": "21"}}},
+                "then": {
+                    "title": "Fan-Out Task",
+                    "properties": {"type": {"const": "21"}, "config": FAN_OUT_CONFIG_SCHEMA},
+                    "required": ["type", "config"],
+                    "additionalProperties": False,
+                },
+            }
+        )
+    return schema
+
+
+@cache
+def schema_for(kind: str) -> dict[str, Any]:
+    """The (extended) JSON Schema that documents of `kind` must satisfy."""
+    raw = json.loads((SCHEMA_DIR / SCHEMA_FILE_BY_KIND[kind]).read_text(encoding="utf-8"))
+    return _extend(kind, raw)
+
+
+@cache
+def _validator(kind: str) -> Validator:
+    schema = schema_for(kind)
+    cls = validator_for(schema, default=Draft7Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+_REQUIRED = re.compile(r"^'(.+)' is a required property$")
+
+
+def _violation(error: ValidationError) -> Violation:
+    leaf = best_match([error])
+    path = list(leaf.absolute_path)
+    message = leaf.message
+    if leaf.validator == "required":
+        match = _REQUIRED.match(message)
+        if match:
+            path.append(match.group(1))
+            message = "is required"
+    if len(message) > 300:
+        message = message[:297] + "..."
+    return Violation(json_pointer(*path), message)
+
+
+def _is_missing_script(error: ValidationError) -> bool:
+    # An empty `code` is reported once, as "script missing", by the script checks.
+    leaf = best_match([error])
+    return leaf.instance == "" and bool(leaf.absolute_path) and leaf.absolute_path[-1] == "code"
+
+
+def structural_violations(document: Any, kind: str) -> list[Violation]:
+    """Every JSON Schema violation of `document`, each with a JSON pointer, deduplicated."""
+    seen: dict[str, Violation] = {}
+    for error in _validator(kind).iter_errors(document):
+        if _is_missing_script(error):
+            continue
+        violation = _violation(error)
+        seen.setdefault(f"{violation.pointer}\0{violation.message}", violation)
+    return sorted(seen.values(), key=lambda violation: violation.pointer)
