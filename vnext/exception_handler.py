@@ -72,16 +72,15 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
     if isinstance(exc, exceptions.APIException):
-        error = next(
-            (code for cls, code in _DRF_CODES if isinstance(exc, cls)), Codes.APP_INTERNAL
-        )
+        error = next((code for cls, code in _DRF_CODES if isinstance(exc, cls)), Codes.APP_INTERNAL)
         detail = exc.detail
         violations = _flatten(detail) if isinstance(detail, dict | list) else []
         text = "Request body is invalid." if violations else str(detail)
         body = problem_body(error, text, http_status=exc.status_code, violations=violations)
         response = Response(body, status=exc.status_code)
-        if isinstance(exc, exceptions.Throttled) and exc.wait:
-            response["Retry-After"] = str(int(exc.wait))
+        wait = getattr(exc, "wait", None)
+        if isinstance(exc, exceptions.Throttled) and wait:
+            response["Retry-After"] = str(int(wait))
         for header in ("WWW-Authenticate",):
             auth_header = getattr(exc, "auth_header", None)
             if auth_header:

@@ -13,7 +13,5 @@ def health(request: HttpRequest) -> JsonResponse:
             cursor.execute("SELECT 1")
             cursor.fetchone()
     except DatabaseError as exc:
-        return JsonResponse(
-            {"status": "unavailable", "database": type(exc).__name__}, status=503
-        )
+        return JsonResponse({"status": "unavailable", "database": type(exc).__name__}, status=503)
     return JsonResponse({"status": "ok", "database": "ok"})

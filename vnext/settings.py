@@ -1,5 +1,7 @@
 """Settings, all read from the environment through one `environ.Env()` (see `.env.example`)."""
 
+import contextlib
+import warnings
 from pathlib import Path
 
 import environ
@@ -83,15 +85,20 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = env.path("STATIC_ROOT", default=BASE_DIR / "var" / "static")
+with contextlib.suppress(OSError):  # WhiteNoise warns on each request while it is missing.
+    Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # Serve static files from the finders so the embedded server needs no collectstatic step.
 WHITENOISE_USE_FINDERS = True
+# Under ASGI Django warns on every static file WhiteNoise streams; the files are served fine.
+warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
+        # Token first: an anonymous API call then gets 401 with `WWW-Authenticate: Token`.
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -1,1 +1,1 @@
-"""The component registry: import, validation (JSON Schema + semantic + scripts), versions, admin."""
+"""The component registry: import, validation (schema, semantic, scripts), versions, admin."""

@@ -29,7 +29,7 @@ class ComponentAdmin(admin.ModelAdmin):
         "-version_is_release",
     ]
     date_hierarchy = "created_at"
-    fields = [
+    fields = readonly_fields = (
         "kind",
         "domain",
         "key",
@@ -41,8 +41,7 @@ class ComponentAdmin(admin.ModelAdmin):
         "published_by",
         "created_at",
         "pretty_document",
-    ]
-    readonly_fields = fields
+    )
 
     @admin.display(description="Document")
     def pretty_document(self, component: Component) -> str:

@@ -99,7 +99,6 @@ def _read_reference(ref: str, base_dir: Path) -> dict[str, str] | None:
                 return None
             if isinstance(target, dict):
                 return {
-                    name: str(target.get(name, ""))
-                    for name in ("key", "domain", "flow", "version")
+                    name: str(target.get(name, "")) for name in ("key", "domain", "flow", "version")
                 }
     return None

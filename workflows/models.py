@@ -56,13 +56,13 @@ class Component(models.Model):
     def __str__(self) -> str:
         return str(self.ref)
 
-    @property
-    def ref(self) -> ComponentRef:
-        """The component's identity."""
-        return ComponentRef(self.kind, self.domain, self.key, self.version)
-
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Insert only: a published version is immutable."""
         if not self._state.adding:
             raise ValueError(f"{self} is published and immutable; publish a new version instead")
         super().save(*args, **kwargs)
+
+    @property
+    def ref(self) -> ComponentRef:
+        """The component's identity."""
+        return ComponentRef(self.kind, self.domain, self.key, self.version)

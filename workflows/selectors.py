@@ -36,9 +36,7 @@ def component_list(*, kind: str, domain: str) -> QuerySet[Component]:
 def component_document(ref: ComponentRef) -> dict[str, Any] | None:
     """The document of exactly `ref`, or None."""
     return (
-        Component.objects.filter(
-            kind=ref.kind, domain=ref.domain, key=ref.key, version=ref.version
-        )
+        Component.objects.filter(kind=ref.kind, domain=ref.domain, key=ref.key, version=ref.version)
         .values_list("document", flat=True)
         .first()
     )

@@ -156,7 +156,7 @@ class BatchItem:
 def publish_order(items: Iterable[BatchItem]) -> list[BatchItem]:
     """Items in dependency order: schemas, mappings, tasks, views, functions, extensions, then
     workflows, each workflow after the workflows it starts as subflows."""
-    rank = {kind: index for index, kind in enumerate(PUBLISH_ORDER)}
+    rank: dict[ComponentKind | None, int] = {kind: i for i, kind in enumerate(PUBLISH_ORDER)}
     items = sorted(items, key=lambda item: (rank.get(_kind(item), -1), item.source))
     workflows = [item for item in items if _kind(item) == ComponentKind.WORKFLOW]
     others = [item for item in items if _kind(item) != ComponentKind.WORKFLOW]

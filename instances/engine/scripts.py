@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import CodeType, ModuleType
-from typing import Any
+from typing import Any, cast
 
 from RestrictedPython import RestrictingNodeTransformer, compile_restricted_exec, safe_builtins
 from RestrictedPython.Eval import default_guarded_getitem
@@ -29,7 +29,6 @@ from RestrictedPython.Guards import (
     full_write_guard,
     guarded_iter_unpack_sequence,
     guarded_unpack_sequence,
-    safer_getattr,
 )
 from RestrictedPython.PrintCollector import PrintCollector
 
@@ -116,6 +115,11 @@ class _SizeRefused(BaseException):
     pass
 
 
+class _Refusal(ImportError):
+    # Raised inside a script for a refused import or call; reported as `ScriptRefused`.
+    pass
+
+
 def decode_source(code: str, encoding: str | None) -> str:
     """Return script text from a definition's `code` field (`NAT` plain text or `B64` base64)."""
     encoding = (encoding or "B64").upper()
@@ -162,20 +166,22 @@ class _SandboxTransformer(RestrictingNodeTransformer):
     _GUARDED_OPERATORS = {ast.Mult: "*", ast.Pow: "**", ast.LShift: "<<"}
 
     def _tick(self, like: ast.AST) -> ast.Expr:
-        return ast.fix_missing_locations(ast.copy_location(ast.Expr(_call("_tick_", [], like)), like))
+        return ast.fix_missing_locations(
+            ast.copy_location(ast.Expr(_call("_tick_", [], like)), like)
+        )
 
     def visit_While(self, node: ast.While) -> Any:
-        node = super().visit_While(node)
+        node = cast(ast.While, super().visit_While(node))
         node.body.insert(0, self._tick(node))
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
-        node = super().visit_FunctionDef(node)
+        node = cast(ast.FunctionDef, super().visit_FunctionDef(node))
         node.body.insert(0, self._tick(node))
         return node
 
     def visit_Lambda(self, node: ast.Lambda) -> Any:
-        node = super().visit_Lambda(node)
+        node = cast(ast.Lambda, super().visit_Lambda(node))
         # `_tick_() or body`: _tick_ returns None, so the lambda still yields its body.
         node.body = ast.copy_location(
             ast.BoolOp(op=ast.Or(), values=[_call("_tick_", [], node), node.body]), node.body
@@ -183,7 +189,7 @@ class _SandboxTransformer(RestrictingNodeTransformer):
         return node
 
     def visit_BinOp(self, node: ast.BinOp) -> Any:
-        node = super().visit_BinOp(node)
+        node = cast(ast.BinOp, super().visit_BinOp(node))
         symbol = self._GUARDED_OPERATORS.get(type(node.op))
         if symbol is None:
             return node
@@ -461,9 +467,14 @@ def _guarded_binop(symbol: str, left: Any, right: Any) -> Any:
                 _check_length(len(seq) * max(count, 0))
         return left * right
     if symbol == "**":
-        if isinstance(left, int) and isinstance(right, int) and right > 0:
-            if abs(left) > 1 and max(abs(left).bit_length() - 1, 1) * right > MAX_INTEGER_BITS:
-                raise _SizeRefused(f"{left} ** {right} exceeds the sandbox integer limit")
+        # The result has about bit_length(left) * right bits.
+        if (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and abs(left) > 1
+            and max(abs(left).bit_length() - 1, 1) * right > MAX_INTEGER_BITS
+        ):
+            raise _SizeRefused(f"{left} ** {right} exceeds the sandbox integer limit")
         return left**right
     # "<<"
     if isinstance(left, int) and isinstance(right, int) and right > MAX_INTEGER_BITS:
@@ -506,12 +517,14 @@ def _guarded_pow(base: Any, exponent: Any, modulo: Any = None) -> Any:
 
 
 def _guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
-    try:
-        value = safer_getattr(obj, name)
-    except AttributeError:
-        if default:
-            return default[0]
-        raise
+    if not isinstance(name, str):
+        raise TypeError("attribute name must be a string")
+    if name.startswith("_"):
+        raise AttributeError(f'"{name}" is an invalid attribute name because it starts with "_"')
+    if isinstance(obj, str | bytes) and name in ("format", "format_map"):
+        # str.format can reach attributes of its arguments ("{0.__class__}"): refused.
+        raise _Refusal(f"str.{name}() is not allowed in scripts; use f-strings")
+    value = getattr(obj, name, *default)
     if name in _PADDING_METHODS and isinstance(obj, str | bytes):
 
         def padded(width: int, *rest: Any) -> Any:
@@ -597,11 +610,8 @@ class Sandbox:
                 raise _Refusal(
                     forbidden_module_reason(name) or f"import of {name!r} is not allowed"
                 )
-            module = builtins.__import__(name, {}, {}, fromlist or (), 0)
-            if not fromlist and "." in name:
-                # `import a.b` binds `a`: hand back the package; submodule access is re-checked.
-                return _ModuleProxy(module, allowed)
-            return _ModuleProxy(module, allowed)
+            # `import a.b` binds `a`; the proxy re-checks every submodule reached through it.
+            return _ModuleProxy(builtins.__import__(name, {}, {}, fromlist or (), 0), allowed)
 
         def guarded_iter(iterable: Any) -> Iterator[Any]:
             for item in iter(iterable):
@@ -628,10 +638,6 @@ class Sandbox:
             "_binop_": _guarded_binop,
             **self.extra_globals,
         }
-
-
-class _Refusal(ImportError):
-    pass
 
 
 @dataclass
@@ -713,5 +719,7 @@ class LoadedScript:
 
 
 def _script_line(exc: BaseException, location: str) -> int | None:
-    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == location]
+    frames = [
+        frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == location
+    ]
     return frames[-1].lineno if frames else None

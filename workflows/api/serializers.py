@@ -14,10 +14,10 @@ class ComponentVersionOutputSerializer(serializers.ModelSerializer):
         model = Component
         fields = ["version", "flowVersion", "tags", "contentHash", "publishedBy", "createdAt"]
 
-    flowVersion = serializers.CharField(source="flow_version")  # noqa: N815
-    contentHash = serializers.CharField(source="content_hash")  # noqa: N815
-    publishedBy = serializers.CharField(source="published_by")  # noqa: N815
-    createdAt = serializers.DateTimeField(source="created_at")  # noqa: N815
+    flowVersion = serializers.CharField(source="flow_version")
+    contentHash = serializers.CharField(source="content_hash")
+    publishedBy = serializers.CharField(source="published_by")
+    createdAt = serializers.DateTimeField(source="created_at")
 
 
 class PublishResultOutputSerializer(serializers.Serializer):
@@ -28,4 +28,4 @@ class PublishResultOutputSerializer(serializers.Serializer):
     key = serializers.CharField()
     version = serializers.CharField()
     status = serializers.ChoiceField(choices=["published", "unchanged"])
-    contentHash = serializers.CharField()  # noqa: N815
+    contentHash = serializers.CharField()

@@ -17,7 +17,7 @@ from workflows.api.serializers import (
     ComponentVersionOutputSerializer,
     PublishResultOutputSerializer,
 )
-from workflows.documents import ComponentKind
+from workflows.documents import ComponentKind, ComponentRef
 from workflows.selectors import component_get, component_list
 from workflows.services import PublishResult, RegistryResolver, component_publish
 
@@ -72,10 +72,11 @@ class DefinitionPublishView(APIView):
         if not isinstance(request.data, list):
             return Response(_result(component_publish(document=request.data, published_by=user)))
         documents = request.data
-        results, violations = [], []
+        results: list[dict[str, Any]] = []
+        violations: list[Violation] = []
         # All or nothing: a rejected document rolls back the ones before it.
         with transaction.atomic():
-            batch = {}
+            batch: dict[ComponentRef, Any] = {}
             for document in documents:
                 resolver = RegistryResolver(batch=batch)
                 try:

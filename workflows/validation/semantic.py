@@ -28,6 +28,10 @@ def _dicts(value: Any) -> Iterator[tuple[int, dict[str, Any]]]:
                 yield index, item
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def semantic_violations(document: Any, kind: str, resolver: Resolver) -> list[Violation]:
     """Every semantic violation of a component document."""
     if not isinstance(document, dict):
@@ -93,11 +97,11 @@ def _workflow_violations(document: dict[str, Any]) -> Iterator[Violation]:
     yield from _start_violations(attributes.get("startTransition"), state_types)
 
     for index, state in states:
-        base = ("attributes", "states", index)
+        base: tuple[Any, ...] = ("attributes", "states", index)
         transitions = list(_dicts(state.get("transitions")))
         seen: set[Any] = set()
         for t_index, transition in transitions:
-            path = (*base, "transitions", t_index)
+            path: tuple[Any, ...] = (*base, "transitions", t_index)
             if transition.get("key") in seen:
                 yield Violation(
                     json_pointer(*path, "key"),
@@ -212,19 +216,23 @@ def _trigger_violations(
     if not isinstance(trigger, int):
         return
     if trigger not in allowed:
-        what = name or ("a shared transition" if "sharedTransitions" in path else "a transition")
-        yield Violation(
-            json_pointer(*path, "triggerType"),
-            f"{what} may only have triggerType {' or '.join(map(str, allowed))} "
-            f"({'manual only' if allowed == (MANUAL,) else 'no automatic'}), got {trigger}",
-        )
+        if allowed == (MANUAL,):
+            message = f"{name} is manual only (triggerType 0), got {trigger}"
+        elif AUTOMATIC not in allowed:
+            message = f"a shared transition has triggerType 0, 2 or 3 (no automatic), got {trigger}"
+        else:
+            message = f"triggerType must be 0, 1, 2 or 3, got {trigger}"
+        yield Violation(json_pointer(*path, "triggerType"), message)
         return
-    if trigger == AUTOMATIC and transition.get("triggerKind") != DEFAULT_AUTO:
-        if not transition.get("rule"):
-            yield Violation(
-                json_pointer(*path, "rule"),
-                "an automatic transition (triggerType 1) needs a rule unless triggerKind is 10",
-            )
+    if (
+        trigger == AUTOMATIC
+        and transition.get("triggerKind") != DEFAULT_AUTO
+        and not transition.get("rule")
+    ):
+        yield Violation(
+            json_pointer(*path, "rule"),
+            "an automatic transition (triggerType 1) needs a rule unless triggerKind is 10",
+        )
     if trigger == SCHEDULED and not transition.get("timer"):
         yield Violation(
             json_pointer(*path, "timer"), "a scheduled transition (triggerType 2) needs a timer"
@@ -289,7 +297,7 @@ def _fan_out_violations(document: dict[str, Any], resolver: Resolver) -> Iterato
     items_path = config.get("itemsPath")
     if isinstance(items_path, str) and not items_path.startswith("$."):
         yield Violation(json_pointer(*base, "itemsPath"), "itemsPath must start with '$.'")
-    execution = config.get("execution") if isinstance(config.get("execution"), dict) else {}
+    execution = _object(config.get("execution"))
     item_timeout = execution.get("itemTimeoutSeconds", 30)
     batch_timeout = execution.get("batchTimeoutSeconds", 120)
     if (
@@ -301,7 +309,7 @@ def _fan_out_violations(document: dict[str, Any], resolver: Resolver) -> Iterato
             json_pointer(*base, "execution", "itemTimeoutSeconds"),
             f"itemTimeoutSeconds ({item_timeout}) exceeds batchTimeoutSeconds ({batch_timeout})",
         )
-    join = config.get("join") if isinstance(config.get("join"), dict) else {}
+    join = _object(config.get("join"))
     if join.get("policy") == "quorum":
         min_success = join.get("minSuccess")
         if not isinstance(min_success, int) or min_success < 1:

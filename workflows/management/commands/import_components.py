@@ -39,7 +39,7 @@ class Command(BaseCommand):
                 items=pending,
                 published_by=options["published_by"],
                 dry_run=self.dry_run,
-                on_done=lambda _item: bar.update(1),
+                on_done=lambda _item: _advance(bar),
             )
         self._report(items, options["verbosity"])
         if any(item.status == "rejected" for item in items):
@@ -62,3 +62,7 @@ class Command(BaseCommand):
             counts[item.status] = counts.get(item.status, 0) + 1
         summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
         self.stdout.write(self.style.SUCCESS(f"{len(items)} file(s): {summary or 'nothing'}"))
+
+
+def _advance(bar: tqdm) -> None:
+    bar.update(1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -92,5 +93,14 @@ class Command(BaseCommand):
                 "(Ctrl-C to stop)"
             )
         )
-        # uvicorn installs its own SIGINT/SIGTERM handlers and shuts down gracefully.
-        uvicorn.run("vnext.asgi:application", host=host, port=port, log_level="info", lifespan="off")
+        # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the handler
+        # that was installed before it: make that a clean exit (status 0), not a kill.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _exit_cleanly)
+        uvicorn.run(
+            "vnext.asgi:application", host=host, port=port, log_level="info", lifespan="off"
+        )
+
+
+def _exit_cleanly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)

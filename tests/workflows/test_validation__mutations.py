@@ -1,0 +1,479 @@
+"""A corpus of invalid definitions: each mutation of a valid document is rejected with the right
+JSON pointer, and nothing crashes. The base documents come from the conformance corpus with Python
+scripts supplied, so each mutation's violations are exactly the ones it introduced."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.conftest import DictResolver, load_corpus
+from tests.workflows.helpers import with_scripts
+from workflows.validation import validate_component
+
+DOCS = {
+    str(path).split("/core/", 1)[1]: with_scripts(copy.deepcopy(document))
+    for path, document in load_corpus().items()
+}
+SCHEDULE = "Workflows/schedule-after-auto/schedule-after-auto.json"
+LIFECYCLE = "Workflows/lifecycle-transitions/lifecycle-transitions-test-workflow.json"
+ROLES = "Workflows/role-matrix-lab/role-matrix-lab.json"
+EVENTS = "Workflows/event-driven-lab/event-driven-lab.json"
+PARENT = "Workflows/timeout-lab/timeout-lab-parent.json"
+PAYLOAD = "Workflows/payload-modes/payload-modes.json"
+MANAGEMENT = "Workflows/instance-management/instance-management-test-workflow.json"
+FAN_OUT = "Tasks/fan-out-config-matrix/fanout-case-join-quorum-task.json"
+SCHEMA = "Schemas/payload-modes/payload-modes-input.json"
+
+AUTO_ADVANCE = ("attributes", "states", 0, "transitions", 0)  # in schedule-after-auto
+GATE_TIMEOUT = ("attributes", "states", 0, "transitions", 1)
+
+
+def at(document: dict[str, Any], path: tuple[Any, ...]) -> Any:
+    node: Any = document
+    for part in path:
+        node = node[part]
+    return node
+
+
+@dataclass
+class Mutation:
+    name: str
+    base: str
+    mutate: Callable[[dict[str, Any]], Any]
+    pointer: str
+    message: str  # a regular expression the violation's message matches
+
+
+def script(source: str) -> dict[str, str]:
+    return {"location": "./src/Probe.py", "code": source, "encoding": "NAT"}
+
+
+def set_field(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def apply(document: dict[str, Any]) -> None:
+        at(document, path[:-1])[path[-1]] = value
+
+    return apply
+
+
+def delete(path: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
+    def apply(document: dict[str, Any]) -> None:
+        del at(document, path[:-1])[path[-1]]
+
+    return apply
+
+
+def wizard_with_two_manual(document: dict[str, Any]) -> None:
+    review = document["attributes"]["states"][1]  # role-matrix-lab "review": 4 manual transitions
+    review["stateType"] = 5
+
+
+def add_transition_to_final(document: dict[str, Any]) -> None:
+    final = document["attributes"]["states"][1]  # event-driven-lab "approved"
+    final["transitions"] = [
+        {
+            "key": "reopen",
+            "target": "awaiting-approval",
+            "triggerType": 0,
+            "versionStrategy": "None",
+            "labels": [{"label": "Reopen", "language": "en-US"}],
+        }
+    ]
+
+
+def duplicate_state(document: dict[str, Any]) -> None:
+    states = document["attributes"]["states"]
+    states.append(copy.deepcopy(states[-1]))
+
+
+def nested_fan_out(document: dict[str, Any]) -> None:
+    document["attributes"]["config"]["task"]["key"] = "fan-out-documents-task"
+
+
+def b64(source: str) -> str:
+    return base64.b64encode(source.encode()).decode()
+
+
+MUTATIONS = [
+    Mutation(
+        "no initial state",
+        SCHEDULE,
+        set_field(("attributes", "states", 0, "stateType"), 2),
+        "/attributes/states",
+        "no Initial state",
+    ),
+    Mutation(
+        "two initial states",
+        SCHEDULE,
+        set_field(("attributes", "states", 1, "stateType"), 1),
+        "/attributes/states/1/stateType",
+        "second Initial state",
+    ),
+    Mutation(
+        "unknown target",
+        SCHEDULE,
+        set_field((*AUTO_ADVANCE, "target"), "nowhere"),
+        "/attributes/states/0/transitions/0/target",
+        "'nowhere' does not exist",
+    ),
+    Mutation(
+        "auto without rule",
+        SCHEDULE,
+        delete((*AUTO_ADVANCE, "rule")),
+        "/attributes/states/0/transitions/0/rule",
+        "needs a rule unless triggerKind is 10",
+    ),
+    Mutation(
+        "auto with triggerKind 0 and no rule",
+        SCHEDULE,
+        lambda d: (at(d, AUTO_ADVANCE).pop("rule"), at(d, AUTO_ADVANCE).update(triggerKind=0)),
+        "/attributes/states/0/transitions/0/rule",
+        "needs a rule",
+    ),
+    Mutation(
+        "scheduled without timer",
+        SCHEDULE,
+        delete((*GATE_TIMEOUT, "timer")),
+        "/attributes/states/0/transitions/1/timer",
+        "needs a timer",
+    ),
+    Mutation(
+        "event without event",
+        EVENTS,
+        delete(("attributes", "states", 0, "transitions", 0, "event")),
+        "/attributes/states/0/transitions/0/event",
+        "needs an event",
+    ),
+    Mutation(
+        "start transition not manual",
+        SCHEDULE,
+        set_field(("attributes", "startTransition", "triggerType"), 2),
+        "/attributes/startTransition/triggerType",
+        "startTransition is manual only",
+    ),
+    Mutation(
+        "start transition targets a non-initial state",
+        SCHEDULE,
+        set_field(("attributes", "startTransition", "target"), "advanced"),
+        "/attributes/startTransition/target",
+        "must target the Initial state",
+    ),
+    Mutation(
+        "wizard with several manual transitions",
+        ROLES,
+        wizard_with_two_manual,
+        "/attributes/states/1/transitions",
+        "exactly one manual transition, found 4",
+    ),
+    Mutation(
+        "final state with transitions",
+        EVENTS,
+        add_transition_to_final,
+        "/attributes/states/1/transitions",
+        "final state .* has no transitions",
+    ),
+    Mutation(
+        "duplicate state key",
+        EVENTS,
+        duplicate_state,
+        "/attributes/states/2/key",
+        "duplicate state key 'approved'",
+    ),
+    Mutation(
+        "cancel not manual",
+        SCHEDULE,
+        set_field(("attributes", "cancel", "triggerType"), 1),
+        "/attributes/cancel/triggerType",
+        "cancel is manual only",
+    ),
+    Mutation(
+        "updateData target not $self",
+        ROLES,
+        set_field(("attributes", "updateData", "target"), "review"),
+        "/attributes/updateData/target",
+        r"always '\$self'",
+    ),
+    Mutation(
+        "shared transition automatic",
+        ROLES,
+        set_field(("attributes", "sharedTransitions", 1, "triggerType"), 1),
+        "/attributes/sharedTransitions/1/triggerType",
+        "no automatic",
+    ),
+    Mutation(
+        "availableIn names an unknown state",
+        ROLES,
+        set_field(("attributes", "sharedTransitions", 1, "availableIn"), ["intake", "ghost"]),
+        "/attributes/sharedTransitions/1/availableIn/1",
+        "'ghost' does not exist",
+    ),
+    Mutation(
+        "exit targets $self",
+        LIFECYCLE,
+        set_field(("attributes", "exit", "target"), "$self"),
+        "/attributes/exit/target",
+        r"'\$self' is not allowed",
+    ),
+    Mutation(
+        "unknown task reference",
+        SCHEDULE,
+        set_field((*AUTO_ADVANCE, "onExecutionTasks", 0, "task", "key"), "no-such-task"),
+        "/attributes/states/0/transitions/0/onExecutionTasks/0/task",
+        "task:core/no-such-task@1.0.0 does not exist",
+    ),
+    Mutation(
+        "unknown schema version",
+        PAYLOAD,
+        set_field(("attributes", "startTransition", "schema", "version"), "9.9.9"),
+        "/attributes/startTransition/schema",
+        "schema:core/payload-modes-input@9.9.9 does not exist",
+    ),
+    Mutation(
+        "unknown subflow workflow",
+        PARENT,
+        set_field(("attributes", "states", 1, "subFlow", "process", "key"), "ghost-flow"),
+        "/attributes/states/1/subFlow/process",
+        "workflow:core/ghost-flow@1.0.0 does not exist",
+    ),
+    Mutation(
+        "subflow state without subFlow",
+        PARENT,
+        delete(("attributes", "states", 1, "subFlow")),
+        "/attributes/states/1/subFlow",
+        "needs subFlow",
+    ),
+    Mutation(
+        "bad semver",
+        SCHEDULE,
+        set_field(("version",), "1.0"),
+        "/version",
+        "does not match",
+    ),
+    Mutation(
+        "bad key pattern",
+        SCHEDULE,
+        set_field(("key",), "Schedule_After_Auto"),
+        "/key",
+        "does not match",
+    ),
+    Mutation(
+        "missing labels",
+        SCHEDULE,
+        delete(("attributes", "states", 1, "labels")),
+        "/attributes/states/1/labels",
+        "is required",
+    ),
+    Mutation(
+        "unknown triggerType",
+        SCHEDULE,
+        set_field((*GATE_TIMEOUT, "triggerType"), 7),
+        "/attributes/states/0/transitions/1/triggerType",
+        "triggerType must be 0, 1, 2 or 3, got 7",
+    ),
+    Mutation(
+        "script that does not compile",
+        SCHEDULE,
+        set_field((*AUTO_ADVANCE, "rule"), script("def handler(context):\n    return (\n")),
+        "/attributes/states/0/transitions/0/rule/code",
+        "SyntaxError",
+    ),
+    Mutation(
+        "script importing os",
+        SCHEDULE,
+        set_field(
+            (*AUTO_ADVANCE, "rule"),
+            script("import os\n\ndef handler(context):\n    return True\n"),
+        ),
+        "/attributes/states/0/transitions/0/rule/code",
+        "line 1: module 'os' is never allowed",
+    ),
+    Mutation(
+        "script using a dunder attribute",
+        SCHEDULE,
+        set_field(
+            (*GATE_TIMEOUT, "timer"),
+            script("def handler(context):\n    return context.__class__\n"),
+        ),
+        "/attributes/states/0/transitions/1/timer/code",
+        'line 2: "__class__" is an invalid attribute name',
+    ),
+    Mutation(
+        "rule without a handler",
+        SCHEDULE,
+        set_field((*AUTO_ADVANCE, "rule"), script("def check(context):\n    return True\n")),
+        "/attributes/states/0/transitions/0/rule/code",
+        r"must define handler\(\)",
+    ),
+    Mutation(
+        "task mapping without handlers",
+        SCHEDULE,
+        set_field(
+            (*AUTO_ADVANCE, "onExecutionTasks", 0, "mapping"),
+            script("def handler(context):\n    return {}\n"),
+        ),
+        "/attributes/states/0/transitions/0/onExecutionTasks/0/mapping/code",
+        r"must define input_handler\(\) or output_handler\(\)",
+    ),
+    Mutation(
+        "invalid base64 script",
+        SCHEDULE,
+        set_field((*AUTO_ADVANCE, "rule"), {"code": "@@not-base64@@", "encoding": "B64"}),
+        "/attributes/states/0/transitions/0/rule/code",
+        "not valid base64",
+    ),
+    Mutation(
+        "empty script",
+        SCHEDULE,
+        set_field((*AUTO_ADVANCE, "rule"), {"location": "./src/AutoGateRule.py", "code": ""}),
+        "/attributes/states/0/transitions/0/rule/code",
+        r"script missing \(./src/AutoGateRule.py has no code\)",
+    ),
+    Mutation(
+        "REF to a missing mapping",
+        SCHEDULE,
+        set_field(
+            (*AUTO_ADVANCE, "rule"),
+            {
+                "encoding": "REF",
+                "code": {
+                    "key": "nope",
+                    "version": "1.0.0",
+                    "domain": "core",
+                    "flow": "sys-mappings",
+                },
+            },
+        ),
+        "/attributes/states/0/transitions/0/rule/code",
+        "mapping:core/nope@1.0.0 does not exist",
+    ),
+    Mutation(
+        "allowedModules lists os",
+        SCHEDULE,
+        set_field(("attributes", "scripts"), {"allowedModules": ["statistics", "os"]}),
+        "/attributes/scripts/allowedModules/1",
+        "'os' is never allowed",
+    ),
+    Mutation(
+        "timeout targets an unknown state",
+        MANAGEMENT,
+        set_field(("attributes", "timeout", "target"), "ghost-state"),
+        "/attributes/timeout/target",
+        "'ghost-state' does not exist",
+    ),
+    Mutation(
+        "fan-out mode durable",
+        FAN_OUT,
+        set_field(("attributes", "config", "mode"), "durable"),
+        "/attributes/config/mode",
+        "only 'inline'",
+    ),
+    Mutation(
+        "fan-out itemTimeoutSeconds > batchTimeoutSeconds",
+        FAN_OUT,
+        set_field(("attributes", "config", "execution", "itemTimeoutSeconds"), 90),
+        "/attributes/config/execution/itemTimeoutSeconds",
+        r"itemTimeoutSeconds \(90\) exceeds batchTimeoutSeconds \(60\)",
+    ),
+    Mutation(
+        "fan-out quorum without minSuccess",
+        FAN_OUT,
+        delete(("attributes", "config", "join", "minSuccess")),
+        "/attributes/config/join/minSuccess",
+        "quorum policy needs minSuccess >= 1",
+    ),
+    Mutation(
+        "fan-out quorum with minSuccess 0",
+        FAN_OUT,
+        set_field(("attributes", "config", "join", "minSuccess"), 0),
+        "/attributes/config/join/minSuccess",
+        "minSuccess >= 1",
+    ),
+    Mutation(
+        "nested fan-out",
+        FAN_OUT,
+        nested_fan_out,
+        "/attributes/config/task",
+        "nested fan-out",
+    ),
+    Mutation(
+        "fan-out itemsPath without $.",
+        FAN_OUT,
+        set_field(("attributes", "config", "itemsPath"), "documents"),
+        "/attributes/config/itemsPath",
+        r"must start with '\$\.'",
+    ),
+    Mutation(
+        "fan-out maxDegreeOfParallelism 0",
+        FAN_OUT,
+        set_field(("attributes", "config", "execution", "maxDegreeOfParallelism"), 0),
+        "/attributes/config/execution/maxDegreeOfParallelism",
+        "less than the minimum of 1",
+    ),
+    Mutation(
+        "fan-out unknown join policy",
+        FAN_OUT,
+        set_field(("attributes", "config", "join", "policy"), "most"),
+        "/attributes/config/join/policy",
+        "is not one of",
+    ),
+    Mutation(
+        "schema component with a bad version",
+        SCHEMA,
+        set_field(("version",), "v1"),
+        "/version",
+        "does not match",
+    ),
+]
+
+
+def resolver() -> DictResolver:
+    return DictResolver([copy.deepcopy(document) for document in DOCS.values()])
+
+
+@pytest.mark.parametrize("base", sorted({m.base for m in MUTATIONS}))
+def test_every_base_document_is_valid(base):
+    assert validate_component(copy.deepcopy(DOCS[base]), resolver()) == []
+
+
+def test_the_mutation_corpus_is_large_enough():
+    assert len(MUTATIONS) >= 25
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
+def test_mutation_is_rejected_with_the_right_pointer(mutation):
+    document = copy.deepcopy(DOCS[mutation.base])
+    mutation.mutate(document)
+    violations = validate_component(document, resolver())
+    at_pointer = [v for v in violations if v.pointer == mutation.pointer]
+    assert at_pointer, f"no violation at {mutation.pointer}; got {violations}"
+    assert any(re.search(mutation.message, v.message) for v in at_pointer), at_pointer
+
+
+@pytest.mark.parametrize(
+    "document", [None, [], "text", 42, {}, {"key": "x"}, {"attributes": []}], ids=repr
+)
+def test_non_components_are_rejected_without_crashing(document):
+    violations = validate_component(document, resolver())
+    assert [v.pointer for v in violations] == [""]
+    assert "not a vNext component" in violations[0].message
+
+
+def test_a_bare_workflow_header_lists_every_missing_field():
+    violations = validate_component({"flow": "sys-flows"}, resolver())
+    assert {v.pointer for v in violations} >= {"/key", "/version", "/domain", "/attributes"}
+
+
+def test_garbage_inside_a_workflow_never_crashes():
+    document = copy.deepcopy(DOCS[SCHEDULE])
+    document["attributes"]["states"] = [None, 3, "x", {"transitions": "no"}, {"stateType": "1"}]
+    document["attributes"]["startTransition"] = ["not", "an", "object"]
+    document["attributes"]["sharedTransitions"] = {"oops": True}
+    violations = validate_component(document, resolver())
+    assert violations
+    assert all(v.pointer.startswith("/attributes") for v in violations)
