@@ -1,1 +1,1 @@
-"""Benchmarks (not tests). `make bench` runs them all; each prints figures beside a same-run baseline."""
+"""Benchmarks (not tests): `make bench` runs them, each beside a same-run baseline."""
