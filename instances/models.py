@@ -1,1 +1,233 @@
-"""Instance models. The engine core issue adds Instance, InstanceTransition, Job and the rest."""
+"""Instances and everything recorded about them: transitions, data versions, the task journal,
+incidents, parent/child correlations and the durable job queue (DESIGN section 3)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from instances.status import (
+    CorrelationStatus,
+    InstanceStatus,
+    JobStatus,
+    TaskStatus,
+    TransitionStatus,
+)
+
+
+class Instance(models.Model):
+    """One run of a workflow. Status changes are compare-and-set updates (see `store.py`)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    domain = models.CharField(max_length=100)
+    workflow_key = models.CharField(max_length=200)
+    workflow_version = models.CharField(max_length=64)
+    key = models.CharField(max_length=100, null=True, blank=True)
+    status = models.CharField(
+        max_length=1, choices=InstanceStatus.choices, default=InstanceStatus.ACTIVE
+    )
+    current_state = models.CharField(max_length=200)
+    effective_state = models.CharField(max_length=200)
+    effective_state_type = models.CharField(max_length=20, default="initial")
+    effective_state_subtype = models.CharField(max_length=20, default="none")
+    data = models.JSONField(default=dict, blank=True)
+    data_version_major = models.PositiveIntegerField(default=1)
+    data_version_minor = models.PositiveIntegerField(default=0)
+    data_version_patch = models.PositiveIntegerField(default=0)
+    # `etag` changes on every committed change, `entity_etag` only when the data changes.
+    etag = models.CharField(max_length=32)
+    entity_etag = models.CharField(max_length=32)
+    # Bumped by every committed transition (not by updateData): the optimistic guard of
+    # pipelines that commit in one statement.
+    state_version = models.PositiveIntegerField(default=0)
+    busy_owner = models.CharField(max_length=64, blank=True)
+    busy_since = models.DateTimeField(null=True, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    stage = models.CharField(max_length=120, blank=True)
+    extra = models.JSONField(default=dict, blank=True)
+    parent_correlation = models.ForeignKey(
+        "Correlation", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.CharField(max_length=150, blank=True)
+    modified_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # A business key names one live instance per workflow; a completed one frees it.
+            models.UniqueConstraint(
+                fields=["domain", "workflow_key", "key"],
+                condition=Q(key__isnull=False) & ~Q(status=InstanceStatus.COMPLETED),
+                name="instance_live_business_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["domain", "workflow_key", "-created_at"], name="instance_list"),
+            models.Index(fields=["status", "busy_since"], name="instance_busy"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_key} {self.id} [{self.status}] {self.current_state}"
+
+    @property
+    def data_version(self) -> str:
+        """The data version as semver text."""
+        return f"{self.data_version_major}.{self.data_version_minor}.{self.data_version_patch}"
+
+
+class InstanceTransition(models.Model):
+    """One attempt to run a transition on an instance (the history the API shows)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="transitions")
+    transition_key = models.CharField(max_length=200)
+    from_state = models.CharField(max_length=200, blank=True)
+    to_state = models.CharField(max_length=200, blank=True)
+    trigger_type = models.PositiveSmallIntegerField()
+    body = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=150, blank=True)
+    status = models.CharField(max_length=12, choices=TransitionStatus.choices)
+    error_code = models.CharField(max_length=100, blank=True)
+    error_message = models.TextField(blank=True)
+    effective_state = models.CharField(max_length=200, blank=True)
+    effective_state_type = models.CharField(max_length=20, blank=True)
+    effective_state_subtype = models.CharField(max_length=20, blank=True)
+    stage = models.CharField(max_length=120, blank=True)
+    chain_depth = models.PositiveSmallIntegerField(default=0)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["instance", "started_at"], name="transition_history")]
+        ordering = ["started_at"]
+
+    def __str__(self) -> str:
+        return f"{self.transition_key}: {self.from_state} -> {self.to_state} [{self.status}]"
+
+
+class InstanceDataVersion(models.Model):
+    """The instance data after each change, for audit and diffs."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="data_versions")
+    transition = models.ForeignKey(
+        InstanceTransition, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    version = models.CharField(max_length=64)
+    patch = models.JSONField(default=dict)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["instance", "created_at"], name="data_version_history")]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} data {self.version}"
+
+
+class InstanceTask(models.Model):
+    """Task journal: one row per task execution (`{fanOutKey}#{index}` for fan-out items)."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="tasks")
+    transition = models.ForeignKey(
+        InstanceTransition, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    task_key = models.CharField(max_length=250)
+    phase = models.CharField(max_length=20)  # onExecute | onExit | onEntry
+    order = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=12, choices=TaskStatus.choices)
+    attempts = models.PositiveSmallIntegerField(default=1)
+    response = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(max_length=100, blank=True)
+    error_message = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["instance", "created_at"], name="task_journal")]
+
+    def __str__(self) -> str:
+        return f"{self.task_key} [{self.status}]"
+
+
+class Incident(models.Model):
+    """A failure an operator may need to see. Never a stack trace."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="incidents")
+    transition = models.ForeignKey(
+        InstanceTransition, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    state = models.CharField(max_length=200, blank=True)
+    transition_key = models.CharField(max_length=200, blank=True)
+    task_key = models.CharField(max_length=250, blank=True)
+    error_code = models.CharField(max_length=100)
+    layer = models.CharField(max_length=20, default="pipeline")  # transport | task | pipeline
+    boundary_action = models.CharField(max_length=20, blank=True)
+    boundary_level = models.CharField(max_length=20, blank=True)
+    message = models.TextField()
+    trace_id = models.CharField(max_length=64, blank=True)
+    resolved = models.BooleanField(default=False)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["instance", "resolved"], name="incident_open")]
+
+    def __str__(self) -> str:
+        return f"{self.error_code} on {self.instance_id}"
+
+
+class Correlation(models.Model):
+    """A parent instance waiting on (S) or having started (P) a child instance."""
+
+    class Type(models.TextChoices):
+        SUBFLOW = "S", "SubFlow"
+        SUBPROCESS = "P", "SubProcess"
+
+    parent = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="correlations")
+    parent_state = models.CharField(max_length=200)
+    child = models.ForeignKey(
+        Instance, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    type = models.CharField(max_length=1, choices=Type.choices)
+    status = models.CharField(
+        max_length=12, choices=CorrelationStatus.choices, default=CorrelationStatus.ACTIVE
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.parent_id} -> {self.child_id} ({self.type}, {self.status})"
+
+
+class Job(models.Model):
+    """The durable queue / transactional outbox: inserted with the change that causes it."""
+
+    kind = models.CharField(max_length=40)
+    instance = models.ForeignKey(
+        Instance, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+    )
+    state = models.CharField(max_length=200, blank=True)  # the state a timer belongs to
+    payload = models.JSONField(default=dict, blank=True)
+    run_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    lease_owner = models.CharField(max_length=64, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    dedupe_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "run_at"], name="job_due"),
+            models.Index(fields=["instance", "status"], name="job_instance"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} job {self.pk} [{self.status}]"

@@ -1,0 +1,89 @@
+"""The status vocabulary: instance, transition, task, job and correlation statuses, in one place.
+
+Read by the engine, the ORM store, the admin and the tests. Every status write in SQL is guarded by
+the status it expects to replace (compare-and-set).
+"""
+
+from django.db import models
+
+
+class InstanceStatus(models.TextChoices):
+    """One letter per instance status (DESIGN section 5)."""
+
+    ACTIVE = "A", "Active"  # waiting for input; accepts a transition
+    BUSY = "B", "Busy"  # a pipeline owns the instance (busy_owner); others get 409
+    COMPLETED = "C", "Completed"  # reached a final state, was cancelled or timed out (terminal)
+    FAULTED = "F", "Faulted"  # a step failed; an incident says why; retry resumes it
+    PASSIVE = "P", "Passive"  # suspended by an operator
+
+
+# Instance statuses from which no transition is accepted any more.
+TERMINAL_STATUSES = frozenset({InstanceStatus.COMPLETED})
+
+
+class StateType(models.IntegerChoices):
+    """`stateType` of a state definition (seed 001)."""
+
+    INITIAL = 1, "Initial"
+    INTERMEDIATE = 2, "Intermediate"
+    FINAL = 3, "Final"
+    SUBFLOW = 4, "SubFlow"
+    WIZARD = 5, "Wizard"
+
+
+# `subType` numbers of states, and the names the API reports (`effectiveStateSubType`).
+STATE_SUBTYPE_NAMES = {
+    0: "none",
+    1: "success",
+    2: "error",
+    3: "terminated",
+    4: "suspended",
+    5: "busy",
+    6: "human",
+    7: "cancelled",
+    8: "timeout",
+}
+STATE_TYPE_NAMES = {1: "initial", 2: "intermediate", 3: "final", 4: "subflow", 5: "wizard"}
+
+
+class TriggerType(models.IntegerChoices):
+    """`triggerType` of a transition; the inbound trigger also picks the pipeline profile."""
+
+    MANUAL = 0, "Manual"
+    AUTOMATIC = 1, "Automatic"
+    SCHEDULED = 2, "Scheduled"
+    EVENT = 3, "Event"
+
+
+class TransitionStatus(models.TextChoices):
+    """An `InstanceTransition` row: one attempt to run a transition."""
+
+    RUNNING = "running", "Running"  # admitted, pipeline in progress
+    COMPLETED = "completed", "Completed"  # the pipeline finished the hop
+    FAULTED = "faulted", "Faulted"  # a step failed; error code and message say why
+
+
+class TaskStatus(models.TextChoices):
+    """An `InstanceTask` journal row."""
+
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class JobStatus(models.TextChoices):
+    """A `Job` row of the durable queue (claimed by CAS pending -> running with a lease)."""
+
+    PENDING = "pending", "Pending"  # waiting for run_at and a worker
+    RUNNING = "running", "Running"  # claimed; lease_owner holds it until lease_until
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"  # retries exhausted; an operator may replay it
+    CANCELLED = "cancelled", "Cancelled"  # e.g. a timer of a state the instance has left
+
+
+class CorrelationStatus(models.TextChoices):
+    """A parent/child `Correlation` (subflow S, subprocess P)."""
+
+    ACTIVE = "active", "Active"  # the child runs; an S parent waits for it
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+    FAULTED = "faulted", "Faulted"
