@@ -12,6 +12,7 @@ admin.site.site_title = "vNext"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("workflows.api.urls")),
+    path("api/v1/", include("instances.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("health", health, name="health"),

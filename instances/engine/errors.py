@@ -36,21 +36,23 @@ class Codes:
     INSTANCE_NOT_FOUND = ErrorCode("Instance:100017", 404, "Instance not found")
     INSTANCE_COMPLETED = ErrorCode("Instance:100018", 400, "Instance is completed")
     INSTANCE_NOT_FAULTED = ErrorCode("Instance:100027", 400, "Instance is not faulted")
+    INSTANCE_FAULTED = ErrorCode("Instance:100028", 409, "Instance is faulted; retry or cancel it")
+    INSTANCE_PASSIVE = ErrorCode("Instance:100029", 409, "Instance is suspended")
     INSTANCE_BUSY = ErrorCode("Instance:100031", 409, "Instance is busy")
     NO_ACTIVE_INCIDENT = ErrorCode("Instance:100037", 404, "No open incident")
     TRANSITION_NOT_FOUND = ErrorCode("Transition:100004", 404, "Transition not found")
     TRANSITION_FORBIDDEN = ErrorCode("Transition:100010", 403, "Transition not allowed")
     TRANSITION_CHAIN_TOO_DEEP = ErrorCode(
-        "Transition:100017", 500, "Automatic transition chain deeper than 50"
+        "Transition:100017", 422, "Automatic transition chain deeper than 50"
     )
     TRANSITION_NOT_AVAILABLE = ErrorCode(
         "Transition:100020", 400, "Transition not available in the current state"
     )
-    TASK_INPUT_MAPPING_FAILED = ErrorCode("Task:400007", 500, "Task input mapping failed")
-    TASK_OUTPUT_MAPPING_FAILED = ErrorCode("Task:400008", 500, "Task output mapping failed")
+    TASK_INPUT_MAPPING_FAILED = ErrorCode("Task:400007", 502, "Task input mapping failed")
+    TASK_OUTPUT_MAPPING_FAILED = ErrorCode("Task:400008", 502, "Task output mapping failed")
     TASK_HTTP_TIMEOUT = ErrorCode("Task:Http:Timeout", 504, "HTTP task timed out")
-    TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 500, "Task type is not supported here")
-    SCRIPT_FAILED = ErrorCode("Script:100001", 500, "Script failed")
+    TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 502, "Task type is not supported here")
+    SCRIPT_FAILED = ErrorCode("Script:100001", 422, "Script failed")
     RESOURCE_LOCK_CONFLICT = ErrorCode("ResourceLockConflict", 409, "Resource is locked")
     FAN_OUT_ITEM_TIMEOUT = ErrorCode("FanOut:ItemTimeout", 500, "Fan-out item timed out")
     FAN_OUT_BATCH_TIMEOUT = ErrorCode("FanOut:BatchTimeout", 500, "Fan-out batch timed out")
@@ -58,6 +60,11 @@ class Codes:
     FAN_OUT_ITEM_NOT_STARTED = ErrorCode("FanOut:ItemNotStarted", 500, "Fan-out item not started")
     FAN_OUT_ITEM_FAILED = ErrorCode("FanOut:ItemFailed", 500, "Fan-out item failed")
     NOT_AN_EVENT_TRANSITION = ErrorCode("NotAnEventTransition", 400, "Not an event transition")
+    FILTER_INVALID = ErrorCode("invalid_filter", 400, "Invalid filter")
+    FILTER_UNSUPPORTED_OPERATOR = ErrorCode(
+        "unsupported_operator", 400, "Unsupported filter operator"
+    )
+    FILTER_INVALID_COLUMN = ErrorCode("invalid_column", 400, "Unknown filter or sort column")
 
     @staticmethod
     def task_http(status: int) -> ErrorCode:

@@ -1,0 +1,25 @@
+"""Routes of the instances API: `/api/v1/{domain}/workflows/{workflow}/instances/...`."""
+
+from django.urls import path
+
+from instances.api import views
+
+PREFIX = "<str:domain>/workflows/<str:workflow>/instances"
+ONE = f"{PREFIX}/<str:instance>"
+
+urlpatterns = [
+    path(f"{PREFIX}/start", views.InstanceStartView.as_view(), name="instance-start"),
+    path(PREFIX, views.InstanceListView.as_view(), name="instance-list"),
+    path(ONE, views.InstanceDetailView.as_view(), name="instance-detail"),
+    path(
+        f"{ONE}/transitions/<str:transition>",
+        views.InstanceTransitionView.as_view(),
+        name="instance-transition",
+    ),
+    path(f"{ONE}/transitions", views.InstanceHistoryView.as_view(), name="instance-history"),
+    path(
+        f"{ONE}/functions/<str:function>",
+        views.InstanceFunctionView.as_view(),
+        name="instance-function",
+    ),
+]

@@ -1,0 +1,231 @@
+"""Instances API (API.md sections 2 and 3): thin views that parse, call a service or selector,
+and render. Errors are `VNextError`s rendered by the project's exception handler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from instances.api.presenters import envelope, history_row, instance_detail, list_item
+from instances.engine.errors import Codes, VNextError
+from instances.engine.pipeline import PipelineFault, fault_error
+from instances.engine.records import InstanceSnapshot
+from instances.selectors import (
+    active_incident,
+    data_function,
+    instance_history,
+    instance_list,
+    schema_function,
+    state_function,
+    view_function,
+)
+from instances.services import (
+    InstanceOutcome,
+    RequestInfo,
+    instance_snapshot,
+    instance_start,
+    instance_transition,
+    workflow_definition,
+)
+
+SYNC = OpenApiParameter("sync", bool, description="true: run to the next rest point, answer 200")
+
+
+def _info(request: Request) -> RequestInfo:
+    return RequestInfo(
+        actor=request.user.get_username() if request.user.is_authenticated else "",
+        headers={k.lower(): v for k, v in request.headers.items()},
+        query=dict(request.query_params.items()),
+    )
+
+
+def _is_sync(request: Request) -> bool:
+    return str(request.query_params.get("sync", "false")).lower() in ("true", "1", "yes")
+
+
+def _with_etags(response: Response, instance: InstanceSnapshot) -> Response:
+    response["ETag"] = f'"{instance.etag}"'
+    response["X-Entity-ETag"] = f'"{instance.entity_etag}"'
+    return response
+
+
+def _not_modified(request: Request, etag: str) -> bool:
+    sent = request.headers.get("If-None-Match", "")
+    return bool(sent) and etag in {tag.strip().strip('"').removeprefix("W/").strip('"') for tag in sent.split(",")}
+
+
+def _answer(request: Request, outcome: InstanceOutcome) -> Response:
+    instance = outcome.instance
+    if _is_sync(request) or (not outcome.created and outcome.execution is None):
+        return _with_etags(Response(envelope(instance)), instance)
+    # Until the job runner lands, sync=false runs inline too; it answers as the async API does.
+    return Response({"id": str(instance.id), "status": str(instance.status)}, status=status.HTTP_202_ACCEPTED)
+
+
+def _run(action: Any) -> InstanceOutcome:
+    try:
+        outcome: InstanceOutcome = action()
+    except PipelineFault as fault:
+        raise fault_error(fault) from fault
+    return outcome
+
+
+class InstanceStartView(APIView):
+    """Start an instance of a workflow."""
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        parameters=[SYNC, OpenApiParameter("version", str, description="workflow version")],
+        responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT},
+        summary="Start an instance",
+    )
+    def post(self, request: Request, domain: str, workflow: str) -> Response:
+        """Start (idempotent by business key); 200 envelope with `sync=true`, else 202."""
+        outcome = _run(
+            lambda: instance_start(
+                domain=domain,
+                workflow=workflow,
+                body=request.data,
+                info=_info(request),
+                version=request.query_params.get("version") or None,
+            )
+        )
+        return _answer(request, outcome)
+
+
+class InstanceTransitionView(APIView):
+    """Fire a transition on an instance."""
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        parameters=[SYNC],
+        responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT},
+        summary="Run a transition",
+    )
+    def patch(
+        self, request: Request, domain: str, workflow: str, instance: str, transition: str
+    ) -> Response:
+        """Admit and run the transition; 409 `Instance:100031` when the instance is busy."""
+        outcome = _run(
+            lambda: instance_transition(
+                domain=domain,
+                workflow=workflow,
+                ref=instance,
+                transition_key=transition,
+                body=request.data,
+                info=_info(request),
+            )
+        )
+        return _answer(request, outcome)
+
+
+class InstanceDetailView(APIView):
+    """One instance."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Get an instance")
+    def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
+        """The instance with its metadata; 304 for a matching If-None-Match."""
+        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        if _not_modified(request, snapshot.etag):
+            return _with_etags(Response(status=status.HTTP_304_NOT_MODIFIED), snapshot)
+        body = instance_detail(snapshot, active_incident(snapshot))
+        return _with_etags(Response(body), snapshot)
+
+
+class InstanceListView(APIView):
+    """Instances of a workflow."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("filter", str, description='JSON, e.g. {"status": {"eq": "A"}}'),
+            OpenApiParameter("sort", str, description='{"field": "createdAt", "direction": "desc"}'),
+            OpenApiParameter("page", int),
+            OpenApiParameter("pageSize", int),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+        summary="List instances",
+    )
+    def get(self, request: Request, domain: str, workflow: str) -> Response:
+        """A page of instances with next/prev links."""
+        params = request.query_params
+        page = instance_list(
+            domain=domain,
+            workflow=workflow,
+            filter_text=params.get("filter"),
+            sort=params.get("sort"),
+            page=params.get("page"),
+            page_size=params.get("pageSize"),
+        )
+
+        def link(number: int) -> str:
+            query = params.copy()
+            query["page"] = str(number)
+            query["pageSize"] = str(page.page_size)
+            return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+
+        return Response(
+            {
+                "items": [list_item(row) for row in page.items],
+                "page": page.page,
+                "pageSize": page.page_size,
+                "hasNext": page.has_next,
+                "links": {
+                    "next": link(page.page + 1) if page.has_next else None,
+                    "prev": link(page.page - 1) if page.page > 1 else None,
+                },
+            }
+        )
+
+
+class InstanceHistoryView(APIView):
+    """The transition history of an instance."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Transition history")
+    def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
+        """Every transition attempt, oldest first."""
+        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        return Response({"items": [history_row(row) for row in instance_history(snapshot)]})
+
+
+class InstanceFunctionView(APIView):
+    """Built-in functions: state, data, view, schema."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("transitionKey", str)],
+        responses={200: OpenApiTypes.OBJECT, 304: None},
+        summary="Built-in instance function",
+    )
+    def get(
+        self, request: Request, domain: str, workflow: str, instance: str, function: str
+    ) -> Response:
+        """`state` and `data` carry an ETag and answer 304 to a matching If-None-Match."""
+        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        definition = workflow_definition(domain, snapshot.workflow_key, snapshot.workflow_version)
+        transition_key = request.query_params.get("transitionKey")
+        if function == "state":
+            etag = snapshot.etag
+            if _not_modified(request, etag):
+                return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
+            base = request.path.rsplit("/functions/", 1)[0]
+            return _etag(Response(state_function(definition, snapshot, base)), etag)
+        if function == "data":
+            etag = snapshot.entity_etag
+            if _not_modified(request, etag):
+                return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
+            return _etag(Response(data_function(snapshot)), etag)
+        if function == "view":
+            return Response(view_function(definition, snapshot, transition_key))
+        if function == "schema":
+            return Response(schema_function(definition, snapshot, transition_key))
+        raise VNextError(Codes.APP_NOT_FOUND, f"unknown function {function!r}")
+
+
+def _etag(response: Response, etag: str) -> Response:
+    response["ETag"] = f'"{etag}"'
+    return response

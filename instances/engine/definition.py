@@ -1,0 +1,214 @@
+"""A read-only, indexed view of a published workflow document: states, transitions by kind,
+what is available in a state. Built once per (domain, key, version) and shared by every hop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from instances.engine.scripts import DEFAULT_ALLOWED_MODULES
+from instances.status import StateType, TriggerType
+
+SELF = "$self"
+DEFAULT_AUTO = 10
+
+
+class TransitionKind:
+    """Where a transition is defined; decides admission and the pipeline profile."""
+
+    START = "start"
+    STATE = "state"
+    SHARED = "shared"
+    CANCEL = "cancel"
+    EXIT = "exit"
+    UPDATE_DATA = "updateData"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class TransitionDef:
+    """One transition of the definition, with the state it leaves (None for shared/special)."""
+
+    raw: dict[str, Any]
+    kind: str
+    source_state: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The transition key."""
+        return str(self.raw.get("key", ""))
+
+    @property
+    def target(self) -> str:
+        """Target state key, or `$self`."""
+        return str(self.raw.get("target", ""))
+
+    @property
+    def trigger_type(self) -> int:
+        """`triggerType` (0 manual, 1 automatic, 2 scheduled, 3 event)."""
+        if self.kind == TransitionKind.TIMEOUT:
+            return TriggerType.SCHEDULED
+        return int(self.raw.get("triggerType", TriggerType.MANUAL))
+
+    @property
+    def is_default_auto(self) -> bool:
+        """An automatic transition that fires when no other rule matched (`triggerKind: 10`)."""
+        return self.raw.get("triggerKind") == DEFAULT_AUTO
+
+    @property
+    def version_strategy(self) -> str:
+        """`None`, `Patch`, `Minor` or `Major`."""
+        return str(self.raw.get("versionStrategy") or "None")
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        """`onExecutionTasks`."""
+        return [t for t in self.raw.get("onExecutionTasks") or [] if isinstance(t, dict)]
+
+    @property
+    def is_update_data(self) -> bool:
+        """The workflow's updateData transition: composes `+Self` onto its profile."""
+        return self.kind == TransitionKind.UPDATE_DATA
+
+    def resolved_target(self, current_state: str) -> str:
+        """The state this transition enters from `current_state` (`$self` resolved)."""
+        return current_state if self.target == SELF else self.target
+
+    def available_in(self, state: str) -> bool:
+        """True when `availableIn` is absent or names `state`."""
+        entries = self.raw.get("availableIn")
+        if not entries:
+            return True
+        for entry in entries:
+            name = entry.get("state") if isinstance(entry, dict) else entry
+            if name == state:
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class StateDef:
+    """One state of the definition."""
+
+    raw: dict[str, Any]
+    transitions: tuple[TransitionDef, ...] = field(default=())
+
+    @property
+    def key(self) -> str:
+        """The state key."""
+        return str(self.raw.get("key", ""))
+
+    @property
+    def state_type(self) -> int:
+        """`stateType` (1 initial ... 5 wizard)."""
+        return int(self.raw.get("stateType", StateType.INTERMEDIATE))
+
+    @property
+    def sub_type(self) -> int:
+        """`subType` (0 none, 1 success, 2 error, 3 terminated, 4 suspended, 5 busy, 6 human)."""
+        return int(self.raw.get("subType") or 0)
+
+    @property
+    def is_final(self) -> bool:
+        """A final state: reaching it completes the instance."""
+        return self.state_type == StateType.FINAL
+
+    @property
+    def on_entries(self) -> list[dict[str, Any]]:
+        """`onEntries` task references."""
+        return [t for t in self.raw.get("onEntries") or [] if isinstance(t, dict)]
+
+    @property
+    def on_exits(self) -> list[dict[str, Any]]:
+        """`onExits` task references."""
+        return [t for t in self.raw.get("onExits") or [] if isinstance(t, dict)]
+
+
+class WorkflowDefinition:
+    """The parsed workflow. Lookups are by key; nothing here touches a database."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self.domain = str(document.get("domain", ""))
+        self.key = str(document.get("key", ""))
+        self.version = str(document.get("version", ""))
+        attributes = document.get("attributes") or {}
+        self.attributes: dict[str, Any] = attributes
+        self.states: dict[str, StateDef] = {}
+        for raw in attributes.get("states") or []:
+            transitions = tuple(
+                TransitionDef(t, TransitionKind.STATE, raw.get("key"))
+                for t in raw.get("transitions") or []
+            )
+            self.states[str(raw.get("key"))] = StateDef(raw, transitions)
+        self.start = TransitionDef(attributes.get("startTransition") or {}, TransitionKind.START)
+        self.shared = tuple(
+            TransitionDef(t, TransitionKind.SHARED) for t in attributes.get("sharedTransitions") or []
+        )
+        self.cancel = self._special("cancel", TransitionKind.CANCEL)
+        self.exit = self._special("exit", TransitionKind.EXIT)
+        self.update_data = self._special("updateData", TransitionKind.UPDATE_DATA)
+        self.timeout = self._special("timeout", TransitionKind.TIMEOUT)
+
+    def _special(self, name: str, kind: str) -> TransitionDef | None:
+        raw = self.attributes.get(name)
+        return TransitionDef(raw, kind) if isinstance(raw, dict) else None
+
+    @cached_property
+    def initial_state(self) -> StateDef:
+        """The Initial state (validated to exist exactly once at publish time)."""
+        return next(s for s in self.states.values() if s.state_type == StateType.INITIAL)
+
+    @cached_property
+    def allowed_modules(self) -> frozenset[str]:
+        """Modules this workflow's scripts may import: the defaults plus `scripts.allowedModules`."""
+        scripts = self.attributes.get("scripts") or {}
+        extra = scripts.get("allowedModules") or [] if isinstance(scripts, dict) else []
+        return DEFAULT_ALLOWED_MODULES | frozenset(m for m in extra if isinstance(m, str))
+
+    def state(self, key: str) -> StateDef:
+        """The state `key`; KeyError when the definition has none."""
+        return self.states[key]
+
+    def specials(self) -> Iterator[TransitionDef]:
+        """cancel, exit and updateData, where defined."""
+        for transition in (self.cancel, self.exit, self.update_data):
+            if transition is not None:
+                yield transition
+
+    def transition_for(self, state: str, key: str) -> TransitionDef | None:
+        """The transition `key` a client may fire in `state` (state, shared or special)."""
+        return next((t for t in self.available_transitions(state) if t.key == key), None)
+
+    def find_any(self, key: str) -> TransitionDef | None:
+        """A transition `key` anywhere in the definition (to tell 404 from 'not available')."""
+        candidates = [self.start, *self.shared, *self.specials()]
+        candidates += [t for s in self.states.values() for t in s.transitions]
+        return next((t for t in candidates if t.key == key), None)
+
+    def available_transitions(self, state: str) -> list[TransitionDef]:
+        """Every transition defined for `state`: its own, shared ones whose availableIn allows
+        it, then cancel/exit/updateData."""
+        own = list(self.states[state].transitions) if state in self.states else []
+        shared = [t for t in self.shared if t.available_in(state)]
+        specials = [t for t in self.specials() if t.available_in(state)]
+        return own + shared + specials
+
+    def auto_transitions(self, state: str) -> list[TransitionDef]:
+        """The state's automatic transitions, in definition order."""
+        return [
+            t
+            for t in self.available_transitions(state)
+            if t.trigger_type == TriggerType.AUTOMATIC and t.kind != TransitionKind.UPDATE_DATA
+        ]
+
+    def scheduled_transitions(self, state: str) -> list[TransitionDef]:
+        """The state's scheduled transitions (its own and available shared ones)."""
+        return [
+            t
+            for t in self.available_transitions(state)
+            if t.trigger_type == TriggerType.SCHEDULED
+            and t.kind in (TransitionKind.STATE, TransitionKind.SHARED)
+        ]

@@ -1,0 +1,234 @@
+"""The engine's ports: how it reaches instances, components and other instances' data.
+
+The ORM implementations live in `instances/orm_store.py`; `InMemoryStore` here serves fast engine
+tests without a database.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from instances.engine.definition import WorkflowDefinition
+from instances.engine.records import (
+    Guard,
+    GuardKind,
+    IncidentRow,
+    InstanceSnapshot,
+    JobRow,
+    PendingWrites,
+    TaskRow,
+    TransitionRow,
+    bump_version,
+    deep_merge,
+    new_etag,
+)
+from instances.status import InstanceStatus
+
+
+class BusinessKeyTaken(Exception):
+    """Inserting an instance failed: a live instance of the workflow already has the key."""
+
+
+class Store(Protocol):
+    """Instance persistence. Every write is one transaction guarded by a compare-and-set."""
+
+    def load(self, instance_id: uuid.UUID) -> InstanceSnapshot | None:
+        """The instance, or None."""
+        ...
+
+    def flush(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> InstanceSnapshot | None:
+        """Commit `writes` in one transaction if `guard` holds; return the committed instance,
+        or None (nothing written) when it did not. Raises `BusinessKeyTaken` on INSERT."""
+        ...
+
+    def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
+        """Make `owner` the Busy owner of a live (Active or Busy) instance: cancel/exit/timeout
+        are exempt from 409. None when the instance is not live."""
+        ...
+
+
+class Components(Protocol):
+    """Published components, by exact reference."""
+
+    def workflow(self, domain: str, key: str, version: str | None) -> WorkflowDefinition | None:
+        """The workflow at `version` (newest when None), or None."""
+        ...
+
+    def component(self, kind: str, reference: dict[str, Any]) -> dict[str, Any] | None:
+        """The document a `{key, domain, flow, version}` reference names, or None."""
+        ...
+
+
+class InstanceReader(Protocol):
+    """Reads of other instances, for the Get-instance(s) task types (13, 15, 19)."""
+
+    def instance(self, domain: str, workflow: str, ref: str) -> dict[str, Any] | None:
+        """`{id, key, status, state, data, ...}` of one instance by id or key, or None."""
+        ...
+
+    def instances(
+        self, domain: str, workflow: str, *, filter_text: str | None, page: int, page_size: int
+    ) -> list[dict[str, Any]]:
+        """A page of instances of a workflow."""
+        ...
+
+    def release_thread(self) -> None:
+        """Free per-thread resources (database connections) of a task worker thread."""
+        ...
+
+
+def utc_now() -> datetime:
+    """The engine's clock."""
+    return datetime.now(UTC)
+
+
+@dataclass
+class InMemoryStore:
+    """A `Store` in a dict, with the same compare-and-set semantics as the ORM store."""
+
+    rows: dict[uuid.UUID, InstanceSnapshot] = field(default_factory=dict)
+    transitions: dict[uuid.UUID, TransitionRow] = field(default_factory=dict)
+    tasks: list[TaskRow] = field(default_factory=list)
+    incidents: list[IncidentRow] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    data_versions: list[tuple[uuid.UUID, str, dict[str, Any]]] = field(default_factory=list)
+    flushes: int = 0
+    clock: Callable[[], datetime] = utc_now
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def load(self, instance_id: uuid.UUID) -> InstanceSnapshot | None:
+        with self._lock:
+            row = self.rows.get(instance_id)
+            return copy.deepcopy(row) if row else None
+
+    def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
+        with self._lock:
+            row = self.rows.get(instance_id)
+            if row is None or row.status not in (InstanceStatus.ACTIVE, InstanceStatus.BUSY):
+                return None
+            row.status, row.busy_owner, row.busy_since = InstanceStatus.BUSY, owner, self.clock()
+            row.etag = new_etag()
+            return copy.deepcopy(row)
+
+    def flush(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> InstanceSnapshot | None:
+        with self._lock:
+            row = self._guarded_row(snapshot, guard)
+            if row is None:
+                return None
+            self.flushes += 1
+            for name, value in writes.instance_fields.items():
+                setattr(row, name, value)
+            if writes.data_patch:
+                merged = deep_merge(row.data, writes.data_patch)
+                if merged != row.data:
+                    row.data = merged
+                    row.entity_etag = new_etag()
+                    if guard.kind is not GuardKind.INSERT:  # a new instance starts at 1.0.0
+                        row.data_version = bump_version(row.data_version, writes.version_strategy)
+                    self.data_versions.append((row.id, row.data_version_text, copy.deepcopy(merged)))
+            if writes.bump_state_version:
+                row.state_version += 1
+            row.etag = new_etag()
+            row.updated_at = self.clock()
+            for transition in writes.transitions.values():
+                self.transitions[transition.id] = replace(transition)
+            self.tasks.extend(writes.tasks)
+            self.incidents.extend(writes.incidents)
+            self._write_jobs(row, writes)
+            return copy.deepcopy(row)
+
+    def _guarded_row(self, snapshot: InstanceSnapshot, guard: Guard) -> InstanceSnapshot | None:
+        if guard.kind is GuardKind.INSERT:
+            if snapshot.key and any(
+                r.key == snapshot.key
+                and r.workflow_key == snapshot.workflow_key
+                and r.domain == snapshot.domain
+                and r.status != InstanceStatus.COMPLETED
+                for r in self.rows.values()
+            ):
+                raise BusinessKeyTaken(snapshot.key)
+            row = copy.deepcopy(snapshot)
+            row.data = {}
+            self.rows[row.id] = row
+            return row
+        row = self.rows.get(snapshot.id)
+        if row is None:
+            return None
+        if guard.kind is GuardKind.OPTIMISTIC:
+            ok = row.status == InstanceStatus.ACTIVE and row.state_version == guard.state_version
+        elif guard.kind is GuardKind.OWNER:
+            ok = row.status == InstanceStatus.BUSY and row.busy_owner == guard.owner
+        else:
+            ok = row.status != InstanceStatus.COMPLETED
+        return row if ok else None
+
+    def _write_jobs(self, row: InstanceSnapshot, writes: PendingWrites) -> None:
+        for job in self.jobs:
+            cancel = writes.cancel_all_timers or job["state"] in writes.cancel_timers_of
+            if job["instance_id"] == row.id and job["kind"] == "timer" and cancel:
+                if job["status"] == "pending":
+                    job["status"] = "cancelled"
+        for new in writes.jobs:
+            self.jobs.append(_job_dict(row.id, new))
+
+
+def _job_dict(instance_id: uuid.UUID, job: JobRow) -> dict[str, Any]:
+    return {
+        "instance_id": instance_id,
+        "kind": job.kind,
+        "state": job.state,
+        "run_at": job.run_at,
+        "payload": job.payload,
+        "status": "pending",
+    }
+
+
+KIND_BY_FLOW = {
+    "sys-flows": "workflow",
+    "sys-tasks": "task",
+    "sys-schemas": "schema",
+    "sys-views": "view",
+    "sys-functions": "function",
+    "sys-extensions": "extension",
+    "sys-mappings": "mapping",
+}
+
+
+@dataclass
+class InMemoryComponents:
+    """`Components` over a list of documents, for engine tests."""
+
+    documents: list[dict[str, Any]] = field(default_factory=list)
+
+    def _find(self, kind: str, domain: str, key: str, version: str | None) -> dict[str, Any] | None:
+        matches = [
+            d
+            for d in self.documents
+            if KIND_BY_FLOW.get(d.get("flow", ""), "workflow") == kind
+            and d.get("domain") == domain
+            and d.get("key") == key
+            and (version is None or d.get("version") == version)
+        ]
+        return matches[-1] if matches else None
+
+    def workflow(self, domain: str, key: str, version: str | None) -> WorkflowDefinition | None:
+        document = self._find("workflow", domain, key, version)
+        return WorkflowDefinition(document) if document else None
+
+    def component(self, kind: str, reference: dict[str, Any]) -> dict[str, Any] | None:
+        return self._find(
+            kind,
+            str(reference.get("domain", "")),
+            str(reference.get("key", "")),
+            str(reference.get("version", "")),
+        )

@@ -1,0 +1,205 @@
+"""What the engine reads and writes through its store: the instance snapshot and the pending
+writes of a pipeline (one unit of work, flushed in one transaction behind one guard)."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from instances.status import InstanceStatus
+
+
+def new_etag() -> str:
+    """A fresh opaque ETag value."""
+    return uuid.uuid4().hex
+
+
+def deep_merge(target: Any, patch: Any) -> Any:
+    """Objects merge key by key, recursively; anything else in `patch` replaces the target.
+
+    The same semantics as the database's `vnext_jsonb_merge`.
+    """
+    if not isinstance(target, dict) or not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target)
+    for key, value in patch.items():
+        merged[key] = deep_merge(target.get(key), value) if key in target else copy.deepcopy(value)
+    return merged
+
+
+VERSION_RANK = {"None": 0, "Patch": 1, "Minor": 2, "Major": 3}
+
+
+def bump_version(version: tuple[int, int, int], strategy: str) -> tuple[int, int, int]:
+    """Apply a `versionStrategy` to a (major, minor, patch) data version."""
+    major, minor, patch = version
+    if strategy == "Major":
+        return major + 1, 0, 0
+    if strategy == "Minor":
+        return major, minor + 1, 0
+    if strategy == "Patch":
+        return major, minor, patch + 1
+    return version
+
+
+@dataclass
+class InstanceSnapshot:
+    """The engine's copy of an instance row. Mutated in memory by steps; persisted by flushes."""
+
+    id: uuid.UUID
+    domain: str
+    workflow_key: str
+    workflow_version: str
+    current_state: str
+    status: str = InstanceStatus.ACTIVE
+    key: str | None = None
+    effective_state: str = ""
+    effective_state_type: str = "initial"
+    effective_state_subtype: str = "none"
+    data: dict[str, Any] = field(default_factory=dict)
+    data_version: tuple[int, int, int] = (1, 0, 0)
+    etag: str = field(default_factory=new_etag)
+    entity_etag: str = field(default_factory=new_etag)
+    state_version: int = 0
+    busy_owner: str = ""
+    busy_since: datetime | None = None
+    tags: list[str] = field(default_factory=list)
+    stage: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    created_by: str = ""
+    modified_by: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def data_version_text(self) -> str:
+        """The data version as semver text."""
+        return ".".join(str(part) for part in self.data_version)
+
+
+@dataclass
+class TransitionRow:
+    """An `InstanceTransition` row to insert or update (upsert by id)."""
+
+    id: uuid.UUID
+    transition_key: str
+    from_state: str
+    to_state: str
+    trigger_type: int
+    body: Any
+    actor: str
+    status: str
+    started_at: datetime
+    chain_depth: int = 0
+    stage: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    effective_state: str = ""
+    effective_state_type: str = ""
+    effective_state_subtype: str = ""
+    finished_at: datetime | None = None
+
+
+@dataclass
+class TaskRow:
+    """An `InstanceTask` journal row."""
+
+    transition_id: uuid.UUID | None
+    task_key: str
+    phase: str
+    order: int
+    status: str
+    response: Any
+    duration_ms: int
+    error_code: str = ""
+    error_message: str = ""
+    attempts: int = 1
+
+
+@dataclass
+class IncidentRow:
+    """An `Incident` row."""
+
+    transition_id: uuid.UUID | None
+    state: str
+    transition_key: str
+    error_code: str
+    message: str
+    layer: str = "pipeline"
+    task_key: str = ""
+
+
+@dataclass
+class JobRow:
+    """A `Job` row (timer, ...) inserted with the change that causes it."""
+
+    kind: str
+    run_at: datetime
+    state: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)
+    dedupe_key: str | None = None
+
+
+class GuardKind(Enum):
+    """What a flush's instance UPDATE checks first (compare-and-set)."""
+
+    INSERT = "insert"  # a new instance: the row is inserted
+    OPTIMISTIC = "optimistic"  # status = 'A' and state_version unchanged since the load
+    OWNER = "owner"  # status = 'B' and busy_owner = this pipeline
+    LOCK_FREE = "lock_free"  # updateData: any live status; touches data only
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The compare-and-set condition of a flush."""
+
+    kind: GuardKind
+    state_version: int = 0
+    owner: str = ""
+
+
+@dataclass
+class PendingWrites:
+    """Everything a pipeline has decided but not yet committed."""
+
+    instance_fields: dict[str, Any] = field(default_factory=dict)
+    data_patch: dict[str, Any] | None = None
+    version_strategy: str = "None"
+    bump_state_version: bool = False
+    transitions: dict[uuid.UUID, TransitionRow] = field(default_factory=dict)
+    tasks: list[TaskRow] = field(default_factory=list)
+    incidents: list[IncidentRow] = field(default_factory=list)
+    jobs: list[JobRow] = field(default_factory=list)
+    cancel_timers_of: set[str] = field(default_factory=set)
+    cancel_all_timers: bool = False
+
+    def set(self, **fields: Any) -> None:
+        """Stage instance column values."""
+        self.instance_fields.update(fields)
+
+    def merge_data(self, patch: dict[str, Any], strategy: str) -> None:
+        """Stage a data patch; the strongest version strategy of the merged patches wins."""
+        if not patch:
+            return
+        self.data_patch = deep_merge(self.data_patch or {}, patch)
+        if VERSION_RANK.get(strategy, 0) > VERSION_RANK.get(self.version_strategy, 0):
+            self.version_strategy = strategy
+
+    def is_empty(self) -> bool:
+        """True when a flush would write nothing."""
+        return not (
+            self.instance_fields
+            or self.data_patch
+            or self.bump_state_version
+            or self.transitions
+            or self.tasks
+            or self.incidents
+            or self.jobs
+            or self.cancel_timers_of
+            or self.cancel_all_timers
+        )

@@ -1,0 +1,495 @@
+"""The twenty pipeline steps, one small class each, named after seed 000's step table.
+
+Steps whose capability belongs to a later feature (subflows, resource locks, long-poll, the
+timeout trigger) keep their order and profile membership and do the minimal correct thing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.utils.dateparse import parse_datetime, parse_duration
+
+from instances.engine.definition import TransitionKind
+from instances.engine.errors import Codes, ErrorCode, VNextError
+from instances.engine.profiles import Order, Outcome
+from instances.engine.records import JobRow, TransitionRow, deep_merge
+from instances.engine.script_runner import response_data, script_context
+from instances.engine.scripts import ScriptResponse
+from instances.engine.tasks import TaskOutcome
+from instances.status import (
+    STATE_SUBTYPE_NAMES,
+    STATE_TYPE_NAMES,
+    InstanceStatus,
+    StateType,
+    TransitionStatus,
+)
+
+if TYPE_CHECKING:
+    from instances.engine.pipeline import Execution, Hop
+
+SUBFLOW_NOT_AVAILABLE = ErrorCode("SubFlow:NotAvailable", 422, "Subflows are not available")
+RESOURCE_LOCK_NOT_AVAILABLE = ErrorCode(
+    "ResourceLock:NotAvailable", 422, "Resource locks are not available"
+)
+
+
+class Step:
+    """A pipeline step: `order` places it, `run` does its one job and says how to go on."""
+
+    order: ClassVar[Order]
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        """Do the step's work for `hop`."""
+        raise NotImplementedError
+
+
+def _context(execution: Execution, hop: Hop, **extra: Any) -> Any:
+    return script_context(
+        execution.instance,
+        transition_key=hop.transition.key,
+        body=hop.request.attributes,
+        headers=hop.request.headers,
+        query=hop.request.query,
+        task_responses=execution.task_responses,
+        **extra,
+    )
+
+
+def _run_tasks(execution: Execution, hop: Hop, references: list[dict[str, Any]], phase: str) -> None:
+    if not references:
+        return
+    execution.ensure_busy()
+    row = hop.row
+
+    def merge(outcome: TaskOutcome) -> None:
+        execution.writes.tasks.append(outcome.row)
+        if outcome.response is not None:
+            execution.task_responses[outcome.key] = outcome.response
+        if outcome.patch:
+            _merge_data(execution, outcome.patch, hop.transition.version_strategy)
+
+    execution.engine.tasks.run(
+        references,
+        phase=phase,
+        definition=execution.definition,
+        instance=execution.instance,
+        transition_key=hop.transition.key,
+        transition_id=row.id if row else None,
+        task_responses=execution.task_responses,
+        on_done=merge,
+    )
+
+
+def _merge_data(execution: Execution, patch: dict[str, Any], strategy: str) -> None:
+    execution.instance.data = deep_merge(execution.instance.data, patch)
+    execution.writes.merge_data(patch, strategy)
+
+
+def _hop_does_io(execution: Execution, hop: Hop) -> bool:
+    definition = execution.definition
+    target = hop.transition.resolved_target(execution.instance.current_state)
+    if hop.transition.tasks:
+        return True
+    self_only = hop.transition.is_update_data
+    source = definition.states.get(hop.source_state or "")
+    if not self_only and source is not None and source.on_exits:
+        return True
+    entered = definition.states.get(target)
+    return entered is not None and not self_only and bool(
+        entered.on_entries or entered.state_type == StateType.SUBFLOW
+    )
+
+
+class PreflightStep(Step):
+    """5: refuse transitions on completed, faulted or (unless exempt) busy instances."""
+
+    order = Order.PREFLIGHT
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        from instances.engine.pipeline import BUSY_EXEMPT, Rejected
+
+        instance = execution.instance
+        status, kind = instance.status, hop.transition.kind
+        if execution.is_new:
+            return Outcome.proceed()
+        if status == InstanceStatus.COMPLETED:
+            raise Rejected(
+                Codes.INSTANCE_COMPLETED,
+                f"instance is completed (state {instance.current_state})",
+                instance_id=str(instance.id),
+            )
+        if status == InstanceStatus.FAULTED and kind not in BUSY_EXEMPT:
+            raise Rejected(
+                Codes.INSTANCE_FAULTED,
+                "instance is faulted; retry it or cancel it",
+                instance_id=str(instance.id),
+            )
+        if status == InstanceStatus.PASSIVE and kind not in BUSY_EXEMPT:
+            raise Rejected(
+                Codes.INSTANCE_PASSIVE, "instance is suspended", instance_id=str(instance.id)
+            )
+        busy_blocks = kind not in BUSY_EXEMPT and kind != TransitionKind.UPDATE_DATA
+        if status == InstanceStatus.BUSY and busy_blocks:
+            raise Rejected(
+                Codes.INSTANCE_BUSY,
+                "instance is busy with another transition",
+                instance_id=str(instance.id),
+            )
+        return Outcome.proceed()
+
+
+class ForwardToActiveSubflowStep(Step):
+    """10: forward to the active subflow. No subflow is ever active yet: nothing to forward."""
+
+    order = Order.FORWARD_TO_ACTIVE_SUBFLOW
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        return Outcome.proceed()
+
+
+class SetBusyStep(Step):
+    """19: cancel/exit/timeout take Busy over; a hop that does I/O takes it by CAS; a hop without
+    I/O commits once at the end, guarded by the state it loaded."""
+
+    order = Order.SET_BUSY
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        from instances.engine.pipeline import BUSY_EXEMPT
+
+        if hop.transition.kind in BUSY_EXEMPT and not execution.is_new:
+            execution.take_over_busy()
+        elif _hop_does_io(execution, hop):
+            execution.ensure_busy()
+        return Outcome.proceed()
+
+
+class CreateTransitionStep(Step):
+    """20: record the attempt (`running`); it is committed with the next flush."""
+
+    order = Order.CREATE_TRANSITION
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        row: TransitionRow = execution._transition_row(hop)
+        execution.writes.transitions[row.id] = row
+        return Outcome.proceed()
+
+
+class ParentUpdateDataDataOnlyStep(Step):
+    """21: data-only update of a parent with an open subflow; no subflow exists yet."""
+
+    order = Order.PARENT_UPDATE_DATA_DATA_ONLY
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        return Outcome.proceed()
+
+
+class ResourceLockStep(Step):
+    """25: business resource locks; a transition that asks for one fails clearly until the
+    resource-lock feature is installed."""
+
+    order = Order.RESOURCE_LOCK
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if hop.transition.raw.get("resourceLock"):
+            raise VNextError(
+                RESOURCE_LOCK_NOT_AVAILABLE,
+                f"transition {hop.transition.key} uses resourceLock, not available in this build",
+            )
+        return Outcome.proceed()
+
+
+class OnExecuteStep(Step):
+    """30: the transition mapping (or the body itself) into the data, then onExecutionTasks."""
+
+    order = Order.ON_EXECUTE
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        transition = hop.transition
+        mapping = transition.raw.get("mapping")
+        if isinstance(mapping, dict) and mapping.get("code"):
+            returned = execution.engine.scripts.call(
+                mapping, execution.definition, "handler", _context(execution, hop)
+            )
+            if isinstance(returned, ScriptResponse) and returned.key and not execution.instance.key:
+                execution.instance.key = returned.key
+                execution.writes.set(key=returned.key)
+            patch = response_data(returned)
+        else:
+            patch = hop.request.attributes
+        if isinstance(patch, dict) and patch:
+            _merge_data(execution, patch, transition.version_strategy)
+        _run_tasks(execution, hop, transition.tasks, "onExecute")
+        return Outcome.proceed()
+
+
+class ApplyTimeoutStateStep(Step):
+    """38: the timeout target is the transition's own target here; nothing else to apply."""
+
+    order = Order.APPLY_TIMEOUT_STATE
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        return Outcome.proceed()
+
+
+class CancelScheduledJobsStep(Step):
+    """39: cancel the timers of the state being left."""
+
+    order = Order.CANCEL_SCHEDULED_JOBS
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if hop.source_state:
+            execution.writes.cancel_timers_of.add(hop.source_state)
+        return Outcome.proceed()
+
+
+class OnExitStep(Step):
+    """40: the onExits tasks of the state being left."""
+
+    order = Order.ON_EXIT
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        source = execution.definition.states.get(hop.source_state or "")
+        if source is not None:
+            _run_tasks(execution, hop, source.on_exits, "onExit")
+        return Outcome.proceed()
+
+
+class ChangeStateStep(Step):
+    """50: enter the target state. Committed before any onEntry work (partial commit)."""
+
+    order = Order.CHANGE_STATE
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        instance = execution.instance
+        target = hop.transition.resolved_target(instance.current_state)
+        state = execution.definition.state(target)
+        instance.current_state = instance.effective_state = target
+        instance.effective_state_type = STATE_TYPE_NAMES.get(state.state_type, "intermediate")
+        instance.effective_state_subtype = STATE_SUBTYPE_NAMES.get(state.sub_type, "none")
+        execution.writes.set(
+            current_state=target,
+            effective_state=target,
+            effective_state_type=instance.effective_state_type,
+            effective_state_subtype=instance.effective_state_subtype,
+            modified_by=hop.request.actor,
+        )
+        if not hop.transition.is_update_data:
+            execution.writes.bump_state_version = True
+        hop.target_state = target
+        if hop.row is not None:
+            hop.row.to_state = target
+        return Outcome.proceed()
+
+
+class OnEntryStep(Step):
+    """60: the onEntries tasks of the state entered."""
+
+    order = Order.ON_ENTRY
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        state = execution.definition.state(hop.target_state)
+        _run_tasks(execution, hop, state.on_entries, "onEntry")
+        return Outcome.proceed()
+
+
+class SubFlowStep(Step):
+    """70: a SubFlow state starts its child; refused clearly until subflows are installed."""
+
+    order = Order.SUB_FLOW
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        state = execution.definition.state(hop.target_state)
+        if state.state_type == StateType.SUBFLOW:
+            raise VNextError(
+                SUBFLOW_NOT_AVAILABLE,
+                f"state {state.key} starts a subflow, not available in this build",
+            )
+        return Outcome.proceed()
+
+
+class LongPollTerminationStep(Step):
+    """75: long-poll pauses; nothing awaits an acknowledgement yet."""
+
+    order = Order.LONG_POLL_TERMINATION
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        return Outcome.proceed()
+
+
+class ClearBusyOnResumeStep(Step):
+    """79: clears a parent's Busy when a subflow resumes it; no resume path exists yet."""
+
+    order = Order.CLEAR_BUSY_ON_RESUME
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        return Outcome.proceed()
+
+
+class RunAutomaticTransitionsStep(Step):
+    """80: pick the next automatic transition: the first whose rule holds, else a default
+    (`triggerKind: 10`) one."""
+
+    order = Order.AUTO
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if not hop.profile.allow_auto_chain:
+            return Outcome.proceed()
+        state = execution.definition.state(execution.instance.current_state)
+        if state.is_final:
+            return Outcome.proceed()
+        candidates = execution.definition.auto_transitions(state.key)
+        ruled = [t for t in candidates if not t.is_default_auto]
+        defaults = [t for t in candidates if t.is_default_auto]
+        for transition in ruled + defaults:
+            rule = transition.raw.get("rule")
+            if isinstance(rule, dict) and rule.get("code"):
+                context = _context(execution, hop)
+                holds = execution.engine.scripts.call(rule, execution.definition, "handler", context)
+                if not holds:
+                    continue
+            elif not transition.is_default_auto:
+                continue
+            return Outcome.with_directives(next_transition=transition)
+        return Outcome.proceed()
+
+
+class ScheduleTransitionsStep(Step):
+    """90: arm the state's scheduled transitions as timer jobs, unless Auto already picked."""
+
+    order = Order.SCHEDULE
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if hop.next_transition is not None:
+            return Outcome.proceed()
+        state = execution.definition.state(execution.instance.current_state)
+        if state.is_final:
+            return Outcome.proceed()
+        now = execution.engine.clock()
+        for transition in execution.definition.scheduled_transitions(state.key):
+            timer = transition.raw.get("timer")
+            if not isinstance(timer, dict):
+                continue
+            value = execution.engine.scripts.call(
+                timer, execution.definition, "handler", _context(execution, hop)
+            )
+            execution.writes.jobs.append(
+                JobRow(
+                    kind="timer",
+                    run_at=timer_due(value, now),
+                    state=state.key,
+                    payload={"transition": transition.key, "state": state.key},
+                )
+            )
+        return Outcome.proceed()
+
+
+def timer_due(value: Any, now: datetime) -> datetime:
+    """When a timer script's result fires: a timedelta or ISO 8601 duration from now, an aware
+    datetime (or ISO 8601 text of one), or None / zero for immediately."""
+    value = response_data(value)
+    if value is None:
+        return now
+    if isinstance(value, timedelta):
+        return now + max(value, timedelta(0))
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise VNextError(Codes.SCRIPT_FAILED, "a timer returned a naive datetime; use UTC")
+        return value
+    if isinstance(value, str):
+        duration = parse_duration(value)
+        if duration is not None:
+            return now + duration
+        moment = parse_datetime(value)
+        if moment is not None and moment.tzinfo is not None:
+            return moment
+    raise VNextError(
+        Codes.SCRIPT_FAILED,
+        f"a timer returned {value!r}; expected a timedelta, an aware datetime, an ISO 8601 "
+        "duration such as 'PT5M', or None",
+    )
+
+
+class FinishStep(Step):
+    """100: a final state completes the instance (cancel/timeout report their own sub-type)."""
+
+    order = Order.FINISH
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        state = execution.definition.state(execution.instance.current_state)
+        if not state.is_final:
+            return Outcome.proceed()
+        instance = execution.instance
+        kind = hop.transition.kind
+        if kind == TransitionKind.CANCEL:
+            instance.effective_state_subtype = "cancelled"
+        elif kind == TransitionKind.TIMEOUT:
+            instance.effective_state_subtype = "timeout"
+        instance.completed_at = execution.engine.clock()
+        execution.writes.set(
+            effective_state_subtype=instance.effective_state_subtype,
+            completed_at=instance.completed_at,
+        )
+        execution.writes.cancel_all_timers = True
+        hop.completed = True
+        return Outcome.proceed()
+
+
+class FinalizeStep(Step):
+    """110: close the transition record."""
+
+    order = Order.FINALIZE
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        row = hop.row or execution._transition_row(hop)
+        instance = execution.instance
+        row.status = TransitionStatus.COMPLETED
+        row.finished_at = execution.engine.clock()
+        row.to_state = instance.current_state
+        row.effective_state = instance.effective_state
+        row.effective_state_type = instance.effective_state_type
+        row.effective_state_subtype = instance.effective_state_subtype
+        execution.writes.transitions[row.id] = row
+        return Outcome.proceed()
+
+
+class ResolveAvailableStep(Step):
+    """112: unless the chain goes on, commit and leave the instance Active (or Completed)."""
+
+    order = Order.RESOLVE_AVAILABLE
+
+    def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if hop.next_transition is not None:
+            if execution.lock_free:
+                # updateData commits its own data first; the chain after it is an ordinary run.
+                execution.flush()
+                execution.lock_free = False
+            return Outcome.proceed()
+        completed = hop.completed or execution.instance.status == InstanceStatus.COMPLETED
+        execution.release(InstanceStatus.COMPLETED if completed else InstanceStatus.ACTIVE)
+        return Outcome.proceed()
+
+
+STEPS: tuple[Step, ...] = (
+    PreflightStep(),
+    ForwardToActiveSubflowStep(),
+    SetBusyStep(),
+    CreateTransitionStep(),
+    ParentUpdateDataDataOnlyStep(),
+    ResourceLockStep(),
+    OnExecuteStep(),
+    ApplyTimeoutStateStep(),
+    CancelScheduledJobsStep(),
+    OnExitStep(),
+    ChangeStateStep(),
+    OnEntryStep(),
+    SubFlowStep(),
+    LongPollTerminationStep(),
+    ClearBusyOnResumeStep(),
+    RunAutomaticTransitionsStep(),
+    ScheduleTransitionsStep(),
+    FinishStep(),
+    FinalizeStep(),
+    ResolveAvailableStep(),
+)

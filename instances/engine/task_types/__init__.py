@@ -1,0 +1,27 @@
+"""Task executors, one module per task type; `EXECUTORS` maps a type number to its executor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
+from instances.engine.task_types.http import execute_http
+from instances.engine.task_types.instance_data import (
+    execute_get_instance,
+    execute_get_instance_data,
+    execute_get_instances,
+)
+from instances.engine.task_types.script import execute_condition, execute_script
+
+Executor = Callable[[TaskCall], StandardResponse]
+
+EXECUTORS: dict[str, Executor] = {
+    "6": execute_http,
+    "7": execute_script,
+    "8": execute_condition,
+    "13": execute_get_instance_data,
+    "15": execute_get_instances,
+    "19": execute_get_instance,
+}
+
+__all__ = ["EXECUTORS", "Executor", "StandardResponse", "TaskCall", "TaskFailure"]

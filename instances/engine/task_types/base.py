@@ -1,0 +1,57 @@
+"""What every task executor receives and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from instances.engine.ports import InstanceReader
+from instances.engine.script_runner import ScriptObject
+
+
+@dataclass
+class StandardResponse:
+    """A task's standard response; an output handler sees it as `context.body`."""
+
+    status_code: int
+    data: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    is_success: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """The response as scripts and the task journal see it."""
+        return {
+            "status_code": self.status_code,
+            "data": self.data,
+            "headers": self.headers,
+            "is_success": self.is_success,
+        }
+
+
+class TaskFailure(Exception):
+    """A task failed with a public error code (`Task:Http:503`, `Task:Http:Timeout`, ...)."""
+
+    def __init__(self, code: str, message: str, response: StandardResponse | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.response = response
+
+
+@dataclass
+class TaskCall:
+    """One execution of a task: its (possibly script-mutated) view, and what it may read."""
+
+    task: ScriptObject
+    input_data: Any
+    domain: str
+    reader: InstanceReader | None
+
+
+def accepted(status: int, patterns: list[str]) -> bool:
+    """True when `status` matches an `acceptedStatusCodes` entry (`404`, `4xx`, `40x`)."""
+    text = str(status)
+    return any(
+        len(p) == 3 and all(c in ("x", s) for c, s in zip(p.lower(), text, strict=True))
+        for p in patterns
+    )

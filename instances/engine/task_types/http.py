@@ -1,0 +1,53 @@
+"""Task type 6: an HTTP call with httpx. Non-2xx answers fail with `Task:Http:<status>`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure, accepted
+
+
+def execute_http(call: TaskCall) -> StandardResponse:
+    """Send the request the task (after its input handler) describes; parse JSON answers."""
+    task = call.task
+    body = call.input_data if call.input_data is not None else task.get("body")
+    method = str(task.get("method") or "GET").upper()
+    timeout = float(task.get("timeout_seconds") or 30)
+    try:
+        response = httpx.request(
+            method,
+            str(task.get("url") or ""),
+            headers={str(k): str(v) for k, v in (task.get("headers") or {}).items()},
+            json=body if method not in ("GET", "DELETE") and body is not None else None,
+            timeout=timeout,
+            verify=bool(task.get("validate_ssl", True)),
+        )
+    except httpx.TimeoutException as exc:
+        raise TaskFailure("Task:Http:Timeout", f"HTTP {method} timed out after {timeout:g} s") from exc
+    except httpx.HTTPError as exc:
+        raise TaskFailure("Task:Http:Transport", f"HTTP {method} failed: {exc}") from exc
+    result = StandardResponse(
+        status_code=response.status_code,
+        data=_payload(response),
+        headers={k.lower(): v for k, v in response.headers.items()},
+        is_success=response.is_success,
+    )
+    if not result.is_success and not accepted(response.status_code, task.get("accepted") or []):
+        raise TaskFailure(
+            f"Task:Http:{response.status_code}",
+            f"HTTP {method} answered {response.status_code}",
+            result,
+        )
+    result.is_success = True
+    return result
+
+
+def _payload(response: httpx.Response) -> Any:
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return response.text

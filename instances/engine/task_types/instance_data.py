@@ -1,0 +1,46 @@
+"""Task types 13 (Get instance data), 15 (Get instances), 19 (Get instance): read other
+instances through the engine's `InstanceReader` port."""
+
+from __future__ import annotations
+
+from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
+
+
+def _one(call: TaskCall) -> dict:
+    task = call.task
+    if call.reader is None:
+        raise TaskFailure("Task:Unsupported", "no instance reader is configured")
+    ref = str(task.get("instance_id") or task.get("key") or "")
+    found = call.reader.instance(
+        str(task.get("domain") or call.domain), str(task.get("flow") or ""), ref
+    )
+    if found is None:
+        raise TaskFailure("Task:Instance:404", f"instance {ref!r} of {task.get('flow')} not found")
+    return found
+
+
+def execute_get_instance_data(call: TaskCall) -> StandardResponse:
+    """The data of one instance (by `instanceId` or `key`)."""
+    return StandardResponse(status_code=200, data=_one(call)["data"])
+
+
+def execute_get_instance(call: TaskCall) -> StandardResponse:
+    """One instance: id, key, status, state and data."""
+    return StandardResponse(status_code=200, data=_one(call))
+
+
+def execute_get_instances(call: TaskCall) -> StandardResponse:
+    """A page of instances of a workflow (`filter` as the list API's filter language)."""
+    task = call.task
+    if call.reader is None:
+        raise TaskFailure("Task:Unsupported", "no instance reader is configured")
+    filters = task.get("filter")
+    filter_text = " and ".join(filters) if isinstance(filters, list) else filters
+    items = call.reader.instances(
+        str(task.get("domain") or call.domain),
+        str(task.get("flow") or ""),
+        filter_text=filter_text or None,
+        page=int(task.get("page") or 1),
+        page_size=int(task.get("page_size") or 10),
+    )
+    return StandardResponse(status_code=200, data={"items": items})

@@ -1,0 +1,208 @@
+"""Running a list of task references (onExecutionTasks, onExits, onEntries): grouped by `order`,
+one group after the other, the tasks of a group concurrently; each with its mapping's input and
+output handlers, a journal row, and its output merged into the instance data."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+from instances.engine.definition import WorkflowDefinition
+from instances.engine.errors import Codes
+from instances.engine.ports import Components, InstanceReader
+from instances.engine.records import InstanceSnapshot, TaskRow
+from instances.engine.script_runner import ScriptObject, ScriptRunner, response_data, script_context
+from instances.engine.scripts import ScriptError, ScriptResponse
+from instances.engine.task_types import EXECUTORS, StandardResponse, TaskCall, TaskFailure
+from instances.status import TaskStatus
+
+# Config keys exposed to scripts as snake_case attributes of the `task` argument.
+_TASK_ATTRIBUTES = {
+    "url": "url",
+    "method": "method",
+    "headers": "headers",
+    "body": "body",
+    "timeoutSeconds": "timeout_seconds",
+    "validateSsl": "validate_ssl",
+    "acceptedStatusCodes": "accepted",
+    "domain": "domain",
+    "flow": "flow",
+    "key": "key",
+    "instanceId": "instance_id",
+    "page": "page",
+    "pageSize": "page_size",
+    "filter": "filter",
+    "sort": "sort",
+}
+
+
+@dataclass
+class TaskOutcome:
+    """What one task did: its journal row, its data patch, its response, or its failure."""
+
+    key: str
+    row: TaskRow
+    patch: dict[str, Any] = field(default_factory=dict)
+    response: dict[str, Any] | None = None
+    failure: TaskFailure | None = None
+
+
+@dataclass
+class TaskRunner:
+    """Executes task references of a definition for one pipeline hop."""
+
+    components: Components
+    scripts: ScriptRunner
+    reader: InstanceReader | None = None
+
+    def run(
+        self,
+        references: list[dict[str, Any]],
+        *,
+        phase: str,
+        definition: WorkflowDefinition,
+        instance: InstanceSnapshot,
+        transition_key: str,
+        transition_id: Any,
+        task_responses: dict[str, Any],
+        on_done: Callable[[TaskOutcome], None],
+    ) -> None:
+        """Run `references` group by group; report each outcome, in definition order, to
+        `on_done` (which merges its data); raise the first failure once its group is done."""
+        indexed = sorted(enumerate(references), key=lambda pair: int(pair[1].get("order") or 1))
+        for _, group_iter in groupby(indexed, key=lambda pair: int(pair[1].get("order") or 1)):
+            group = [reference for _, reference in group_iter]
+
+            def one(reference: dict[str, Any]) -> TaskOutcome:
+                return self._run_one(
+                    reference,
+                    phase=phase,
+                    definition=definition,
+                    instance=instance,
+                    transition_key=transition_key,
+                    transition_id=transition_id,
+                    task_responses=task_responses,
+                )
+
+            if len(group) == 1:
+                outcomes = [one(group[0])]
+            else:
+                with ThreadPoolExecutor(max_workers=min(len(group), 8)) as pool:
+                    outcomes = list(pool.map(self._in_worker(one), group))
+            for outcome in outcomes:
+                on_done(outcome)
+            failed = next((o for o in outcomes if o.failure is not None), None)
+            if failed is not None and failed.failure is not None:
+                raise failed.failure
+
+    def _in_worker(self, action: Callable[[dict[str, Any]], TaskOutcome]) -> Callable[..., Any]:
+        def run(reference: dict[str, Any]) -> TaskOutcome:
+            try:
+                return action(reference)
+            finally:
+                if self.reader is not None:
+                    self.reader.release_thread()
+
+        return run
+
+    def _run_one(
+        self,
+        reference: dict[str, Any],
+        *,
+        phase: str,
+        definition: WorkflowDefinition,
+        instance: InstanceSnapshot,
+        transition_key: str,
+        transition_id: Any,
+        task_responses: dict[str, Any],
+    ) -> TaskOutcome:
+        started = time.monotonic()
+        task_ref = reference.get("task") or {}
+        key = str(task_ref.get("key", "?"))
+        order = int(reference.get("order") or 1)
+
+        def outcome(
+            status: str, response: Any = None, patch: Any = None, failure: TaskFailure | None = None
+        ) -> TaskOutcome:
+            row = TaskRow(
+                transition_id=transition_id,
+                task_key=key,
+                phase=phase,
+                order=order,
+                status=status,
+                response=response,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                error_code=failure.code if failure else "",
+                error_message=failure.message if failure else "",
+            )
+            return TaskOutcome(key, row, patch or {}, response, failure)
+
+        try:
+            document = self.components.component("task", task_ref)
+            if document is None:
+                raise TaskFailure("Task:NotFound", f"task {key} {task_ref.get('version')} is not published")
+            attributes = document.get("attributes") or {}
+            task_type = str(attributes.get("type"))
+            executor = EXECUTORS.get(task_type)
+            if executor is None:
+                raise TaskFailure(
+                    Codes.TASK_UNSUPPORTED.code,
+                    f"task type {task_type} ({key}) is not supported by this runtime",
+                )
+            task = _task_view(key, task_type, attributes.get("config") or {})
+            mapping = reference.get("mapping") if isinstance(reference.get("mapping"), dict) else None
+            script = self.scripts.load(mapping, definition) if mapping and mapping.get("code") else None
+            context = script_context(
+                instance,
+                transition_key=transition_key,
+                task_responses=task_responses,
+            )
+            input_data: Any = None
+            if script is not None and script.has("input_handler"):
+                try:
+                    returned = script.call("input_handler", task, context)
+                except ScriptError as exc:
+                    raise TaskFailure(Codes.TASK_INPUT_MAPPING_FAILED.code, str(exc)) from exc
+                input_data = response_data(returned)
+                if isinstance(returned, ScriptResponse) and returned.headers:
+                    task.headers = {**(task.get("headers") or {}), **returned.headers}
+            response = executor(
+                TaskCall(task=task, input_data=input_data, domain=instance.domain, reader=self.components_reader())
+            )
+            patch = self._output(script, context, response, task_type)
+            return outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
+        except TaskFailure as failure:
+            response_dict = failure.response.as_dict() if failure.response else None
+            return outcome(TaskStatus.FAILED, response_dict, failure=failure)
+
+    def components_reader(self) -> InstanceReader | None:
+        """The reader given to Get-instance(s) tasks."""
+        return self.reader
+
+    def _output(
+        self, script: Any, context: ScriptObject, response: StandardResponse, task_type: str
+    ) -> dict[str, Any]:
+        if script is not None and script.has("output_handler"):
+            context.body = copy.deepcopy(response.as_dict())
+            try:
+                returned = response_data(script.call("output_handler", context))
+            except ScriptError as exc:
+                raise TaskFailure(Codes.TASK_OUTPUT_MAPPING_FAILED.code, str(exc)) from exc
+            return returned if isinstance(returned, dict) else {}
+        if task_type == "7" and isinstance(response.data, dict):
+            return response.data
+        return {}
+
+
+def _task_view(key: str, task_type: str, config: dict[str, Any]) -> ScriptObject:
+    values: dict[str, Any] = {"task_key": key, "type": task_type, "config": copy.deepcopy(config)}
+    for name, attribute in _TASK_ATTRIBUTES.items():
+        if name in config:
+            values[attribute] = copy.deepcopy(config[name])
+    values.setdefault("headers", {})
+    return ScriptObject(**values)

@@ -1,0 +1,429 @@
+"""The engine's ports on the Django ORM: the instance store, the component registry, and reads
+of other instances.
+
+A flush is one transaction: one guarded UPDATE of the instance (`... WHERE id = %s AND <guard>
+RETURNING ...`; zero rows means the guard failed and nothing is written), then one INSERT per kind
+of row. On PostgreSQL the data patch is merged inside that UPDATE (`vnext_jsonb_merge`), so
+parallel updateData calls never lose each other's keys.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from django.db import IntegrityError, connection, connections, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from instances.engine.definition import WorkflowDefinition
+from instances.engine.records import (
+    Guard,
+    GuardKind,
+    InstanceSnapshot,
+    PendingWrites,
+    bump_version,
+    deep_merge,
+    new_etag,
+)
+from instances.engine.ports import BusinessKeyTaken
+from instances.models import (
+    Incident,
+    Instance,
+    InstanceDataVersion,
+    InstanceTask,
+    InstanceTransition,
+    Job,
+)
+from instances.status import InstanceStatus, JobStatus
+from workflows.documents import ComponentKind, ComponentRef
+from workflows.models import Component
+
+_INSTANCE_FIELDS = (
+    "id",
+    "domain",
+    "workflow_key",
+    "workflow_version",
+    "key",
+    "status",
+    "current_state",
+    "effective_state",
+    "effective_state_type",
+    "effective_state_subtype",
+    "etag",
+    "entity_etag",
+    "state_version",
+    "busy_owner",
+    "busy_since",
+    "tags",
+    "stage",
+    "extra",
+    "created_by",
+    "modified_by",
+    "created_at",
+    "updated_at",
+    "completed_at",
+)
+_TRANSITION_UPDATE_FIELDS = [
+    "to_state",
+    "status",
+    "error_code",
+    "error_message",
+    "effective_state",
+    "effective_state_type",
+    "effective_state_subtype",
+    "finished_at",
+]
+
+
+def snapshot_of(row: Instance) -> InstanceSnapshot:
+    """The engine's view of an `Instance` row."""
+    values = {name: getattr(row, name) for name in _INSTANCE_FIELDS}
+    return InstanceSnapshot(
+        **values,
+        data=row.data,
+        data_version=(row.data_version_major, row.data_version_minor, row.data_version_patch),
+    )
+
+
+class _GuardFailed(Exception):
+    pass
+
+
+class OrmStore:
+    """`Store` on the Django ORM (PostgreSQL in production; SQLite for the embedded mode)."""
+
+    def load(self, instance_id: uuid.UUID) -> InstanceSnapshot | None:
+        """The instance, or None."""
+        row = Instance.objects.filter(pk=instance_id).first()
+        return snapshot_of(row) if row else None
+
+    def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
+        """Busy owner = `owner` if the instance is Active or Busy (cancel/exit/timeout)."""
+        taken = Instance.objects.filter(
+            pk=instance_id, status__in=[InstanceStatus.ACTIVE, InstanceStatus.BUSY]
+        ).update(
+            status=InstanceStatus.BUSY,
+            busy_owner=owner,
+            busy_since=timezone.now(),
+            etag=new_etag(),
+        )
+        return self.load(instance_id) if taken else None
+
+    def flush(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> InstanceSnapshot | None:
+        """Commit `writes` in one transaction when `guard` holds; None (nothing written) if not."""
+        try:
+            with transaction.atomic():
+                if guard.kind is GuardKind.INSERT:
+                    committed, data_changed = self._insert(snapshot, writes), bool(writes.data_patch)
+                elif connection.vendor == "postgresql":
+                    committed, data_changed = self._update_postgres(snapshot, writes, guard)
+                else:
+                    committed, data_changed = self._update_portable(snapshot, writes, guard)
+                self._write_rows(committed, writes, data_changed)
+        except _GuardFailed:
+            return None
+        return committed
+
+    # --- instance row -------------------------------------------------------------------------
+
+    def _insert(self, snapshot: InstanceSnapshot, writes: PendingWrites) -> InstanceSnapshot:
+        now = timezone.now()
+        values = {name: getattr(snapshot, name) for name in _INSTANCE_FIELDS}
+        values.update(writes.instance_fields)
+        values.update(created_at=snapshot.created_at or now, updated_at=now)
+        row = Instance(**values, data=deep_merge({}, writes.data_patch or {}))
+        try:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        except IntegrityError as exc:
+            if "instance_live_business_key" in str(exc) or "UNIQUE" in str(exc).upper():
+                raise BusinessKeyTaken(str(snapshot.key)) from exc
+            raise
+        return snapshot_of(row)
+
+    def _guard_sql(self, guard: Guard) -> tuple[str, dict[str, Any]]:
+        if guard.kind is GuardKind.OPTIMISTIC:
+            return "status = 'A' AND state_version = %(guard_version)s", {
+                "guard_version": guard.state_version
+            }
+        if guard.kind is GuardKind.OWNER:
+            return "status = 'B' AND busy_owner = %(guard_owner)s", {"guard_owner": guard.owner}
+        return "status <> 'C'", {}
+
+    def _update_postgres(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        params: dict[str, Any] = {
+            "id": snapshot.id,
+            "etag": new_etag(),
+            "now": timezone.now(),
+            "state_step": 1 if writes.bump_state_version else 0,
+        }
+        sets = [f"{name} = %(f_{name})s" for name in writes.instance_fields]
+        params.update({f"f_{name}": value for name, value in writes.instance_fields.items()})
+        if writes.data_patch:
+            merged = "vnext_jsonb_merge(data, %(patch)s::jsonb)"
+            changed = f"({merged} IS DISTINCT FROM data)"
+            major, minor, patch = bump_version((0, 0, 0), writes.version_strategy)
+            params.update(
+                patch=json.dumps(writes.data_patch),
+                entity_etag=new_etag(),
+                d_major=major,
+                d_minor=minor,
+                d_patch=patch,
+            )
+            sets += [
+                f"data = {merged}",
+                f"entity_etag = CASE WHEN {changed} THEN %(entity_etag)s ELSE entity_etag END",
+                f"data_version_major = CASE WHEN {changed} "
+                "THEN data_version_major + %(d_major)s ELSE data_version_major END",
+                f"data_version_minor = CASE WHEN {changed} AND %(d_major)s > 0 THEN 0 "
+                f"WHEN {changed} THEN data_version_minor + %(d_minor)s ELSE data_version_minor END",
+                f"data_version_patch = CASE WHEN {changed} AND (%(d_major)s > 0 "
+                f"OR %(d_minor)s > 0) THEN 0 WHEN {changed} "
+                "THEN data_version_patch + %(d_patch)s ELSE data_version_patch END",
+            ]
+        sets += [
+            "state_version = state_version + %(state_step)s",
+            "etag = %(etag)s",
+            "updated_at = %(now)s",
+        ]
+        condition, guard_params = self._guard_sql(guard)
+        params.update(guard_params)
+        sql = (
+            f"UPDATE instances_instance SET {', '.join(sets)} "
+            f"WHERE id = %(id)s AND {condition} "
+            "RETURNING data, data_version_major, data_version_minor, data_version_patch, "
+            "entity_etag, state_version, status"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            returned = cursor.fetchone()
+        if returned is None:
+            raise _GuardFailed()
+        data, major_v, minor_v, patch_v, entity_etag, state_version, status = returned
+        data = json.loads(data) if isinstance(data, str) else data
+        committed = _with(snapshot, writes.instance_fields)
+        committed.data = data
+        committed.data_version = (major_v, minor_v, patch_v)
+        committed.entity_etag, committed.state_version = entity_etag, state_version
+        committed.status, committed.etag = status, params["etag"]
+        data_changed = bool(writes.data_patch) and entity_etag == params.get("entity_etag")
+        return committed, data_changed
+
+    def _update_portable(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        # SQLite serialises writers per database; the read and the guarded write share one
+        # transaction.
+        queryset = Instance.objects.filter(pk=snapshot.id)
+        if guard.kind is GuardKind.OPTIMISTIC:
+            queryset = queryset.filter(
+                status=InstanceStatus.ACTIVE, state_version=guard.state_version
+            )
+        elif guard.kind is GuardKind.OWNER:
+            queryset = queryset.filter(status=InstanceStatus.BUSY, busy_owner=guard.owner)
+        else:
+            queryset = queryset.exclude(status=InstanceStatus.COMPLETED)
+        row = queryset.first()
+        if row is None:
+            raise _GuardFailed()
+        values: dict[str, Any] = dict(writes.instance_fields)
+        data_changed = False
+        if writes.data_patch:
+            merged = deep_merge(row.data, writes.data_patch)
+            if merged != row.data:
+                data_changed = True
+                version = bump_version(
+                    (row.data_version_major, row.data_version_minor, row.data_version_patch),
+                    writes.version_strategy,
+                )
+                values.update(
+                    data=merged,
+                    entity_etag=new_etag(),
+                    data_version_major=version[0],
+                    data_version_minor=version[1],
+                    data_version_patch=version[2],
+                )
+        values.update(
+            etag=new_etag(),
+            updated_at=timezone.now(),
+            state_version=row.state_version + (1 if writes.bump_state_version else 0),
+        )
+        if queryset.update(**values) != 1:
+            raise _GuardFailed()
+        row.refresh_from_db()
+        return snapshot_of(row), data_changed
+
+    # --- the other rows -----------------------------------------------------------------------
+
+    def _write_rows(
+        self, committed: InstanceSnapshot, writes: PendingWrites, data_changed: bool
+    ) -> None:
+        instance_id = committed.id
+        transitions = [
+            InstanceTransition(instance_id=instance_id, **vars(row))
+            for row in writes.transitions.values()
+        ]
+        if transitions:
+            InstanceTransition.objects.bulk_create(
+                transitions,
+                update_conflicts=True,
+                unique_fields=["id"],
+                update_fields=_TRANSITION_UPDATE_FIELDS,
+            )
+        if data_changed:
+            last = transitions[-1].id if transitions else None
+            InstanceDataVersion.objects.create(
+                instance_id=instance_id,
+                transition_id=last,
+                version=committed.data_version_text,
+                patch=writes.data_patch or {},
+                data=committed.data,
+            )
+        if writes.tasks:
+            InstanceTask.objects.bulk_create(
+                InstanceTask(instance_id=instance_id, **vars(row)) for row in writes.tasks
+            )
+        if writes.incidents:
+            Incident.objects.bulk_create(
+                Incident(instance_id=instance_id, **vars(row)) for row in writes.incidents
+            )
+        if writes.cancel_all_timers or writes.cancel_timers_of:
+            timers = Job.objects.filter(
+                instance_id=instance_id, kind="timer", status=JobStatus.PENDING
+            )
+            if not writes.cancel_all_timers:
+                timers = timers.filter(state__in=writes.cancel_timers_of)
+            timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+        if writes.jobs:
+            Job.objects.bulk_create(
+                Job(instance_id=instance_id, **vars(job)) for job in writes.jobs
+            )
+
+
+def _with(snapshot: InstanceSnapshot, fields: dict[str, Any]) -> InstanceSnapshot:
+    committed = InstanceSnapshot(**vars(snapshot))
+    for name, value in fields.items():
+        setattr(committed, name, value)
+    return committed
+
+
+class RegistryComponents:
+    """`Components` over the registry. Published versions are immutable, so exact versions
+    are cached in-process for good; "newest" lookups always ask the database."""
+
+    _SIZE = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._documents: OrderedDict[ComponentRef, dict[str, Any] | None] = OrderedDict()
+        self._workflows: OrderedDict[ComponentRef, WorkflowDefinition] = OrderedDict()
+
+    def workflow(self, domain: str, key: str, version: str | None) -> WorkflowDefinition | None:
+        """The workflow at `version` (newest when None), or None."""
+        if version is None:
+            newest = (
+                Component.objects.filter(kind=ComponentKind.WORKFLOW, domain=domain, key=key)
+                .order_by(
+                    "-version_major", "-version_minor", "-version_patch", "-version_is_release"
+                )
+                .values_list("version", flat=True)
+                .first()
+            )
+            if newest is None:
+                return None
+            version = newest
+        ref = ComponentRef(ComponentKind.WORKFLOW, domain, key, version)
+        with self._lock:
+            cached = self._workflows.get(ref)
+        if cached is not None:
+            return cached
+        document = self._document(ref)
+        if document is None:
+            return None
+        definition = WorkflowDefinition(document)
+        with self._lock:
+            self._workflows[ref] = definition
+            if len(self._workflows) > self._SIZE:
+                self._workflows.popitem(last=False)
+        return definition
+
+    def component(self, kind: str, reference: dict[str, Any]) -> dict[str, Any] | None:
+        """The document a `{key, domain, flow, version}` reference names, or None."""
+        ref = ComponentRef.from_reference(reference)
+        if ref is None or ref.kind != kind:
+            return None
+        return self._document(ref)
+
+    def _document(self, ref: ComponentRef) -> dict[str, Any] | None:
+        with self._lock:
+            if ref in self._documents:
+                return self._documents[ref]
+        document = (
+            Component.objects.filter(
+                kind=ref.kind, domain=ref.domain, key=ref.key, version=ref.version
+            )
+            .values_list("document", flat=True)
+            .first()
+        )
+        if document is not None:  # a missing component may be published later: not cached
+            with self._lock:
+                self._documents[ref] = document
+                if len(self._documents) > self._SIZE:
+                    self._documents.popitem(last=False)
+        return document
+
+
+def instance_lookup(domain: str, workflow: str, ref: str) -> Q:
+    """The filter for `{instance}` in a path: the instance UUID, or its business key."""
+    base = Q(domain=domain, workflow_key=workflow)
+    try:
+        return base & Q(pk=uuid.UUID(ref))
+    except ValueError:
+        return base & Q(key=ref)
+
+
+class OrmInstanceReader:
+    """`InstanceReader` for the Get-instance(s) task types."""
+
+    def instance(self, domain: str, workflow: str, ref: str) -> dict[str, Any] | None:
+        """`{id, key, status, state, data}` of one instance, or None."""
+        row = (
+            Instance.objects.filter(instance_lookup(domain, workflow, ref))
+            .order_by("-created_at")
+            .first()
+        )
+        return _public(row) if row else None
+
+    def instances(
+        self, domain: str, workflow: str, *, filter_text: str | None, page: int, page_size: int
+    ) -> list[dict[str, Any]]:
+        """A page of instances, newest first."""
+        from instances.filters import parse_filter
+
+        queryset = Instance.objects.filter(domain=domain, workflow_key=workflow)
+        queryset = queryset.filter(parse_filter(filter_text)).order_by("-created_at", "-id")
+        start = (max(page, 1) - 1) * page_size
+        return [_public(row) for row in queryset[start : start + page_size]]
+
+    def release_thread(self) -> None:
+        """Close the worker thread's database connections."""
+        connections.close_all()
+
+
+def _public(row: Instance) -> dict[str, Any]:
+    return {
+        "id": str(row.id),
+        "key": row.key,
+        "status": row.status,
+        "state": row.current_state,
+        "data": row.data,
+        "createdAt": row.created_at.isoformat(),
+    }

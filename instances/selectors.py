@@ -1,0 +1,207 @@
+"""Instance reads: listing, history, incidents and the built-in functions (state, data, view,
+schema) of API.md section 3."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+
+from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
+from instances.engine.errors import Codes, VNextError
+from instances.engine.records import InstanceSnapshot
+from instances.filters import parse_filter, parse_page, parse_sort
+from instances.models import Incident, Instance, InstanceTransition, Job
+from instances.services import engine
+from instances.status import InstanceStatus, JobStatus, StateType, TriggerType
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing."""
+
+    items: list[Instance]
+    page: int
+    page_size: int
+    has_next: bool
+
+
+def instance_list(
+    *,
+    domain: str,
+    workflow: str,
+    filter_text: str | None,
+    sort: str | None,
+    page: str | None,
+    page_size: str | None,
+) -> Page:
+    """Instances of a workflow through the filter language, sorted, one page (stable order)."""
+    number, size = parse_page(page, page_size)
+    queryset: QuerySet[Instance] = Instance.objects.filter(domain=domain, workflow_key=workflow)
+    queryset = queryset.filter(parse_filter(filter_text)).order_by(*parse_sort(sort))
+    start = (number - 1) * size
+    rows = list(queryset[start : start + size + 1])
+    return Page(rows[:size], number, size, len(rows) > size)
+
+
+def instance_history(instance: InstanceSnapshot) -> list[InstanceTransition]:
+    """Every transition attempt of an instance, oldest first."""
+    return list(
+        InstanceTransition.objects.filter(instance_id=instance.id).order_by("started_at", "id")
+    )
+
+
+def active_incident(instance: InstanceSnapshot) -> dict[str, Any] | None:
+    """The newest open incident, as the API shows it, or None."""
+    row = (
+        Incident.objects.filter(instance_id=instance.id, resolved=False)
+        .order_by("-created_at")
+        .first()
+    )
+    if row is None:
+        return None
+    return {
+        "id": row.pk,
+        "errorCode": row.error_code,
+        "message": row.message,
+        "state": row.state,
+        "transitionKey": row.transition_key,
+        "taskKey": row.task_key or None,
+        "layer": row.layer,
+        "createdAt": row.created_at.isoformat(),
+    }
+
+
+def _href(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def _transition_kind(transition: TransitionDef) -> str | None:
+    return {
+        TransitionKind.CANCEL: "cancel",
+        TransitionKind.EXIT: "exit",
+        TransitionKind.UPDATE_DATA: "updateData",
+    }.get(transition.kind)
+
+
+def state_function(
+    definition: WorkflowDefinition, instance: InstanceSnapshot, base: str
+) -> dict[str, Any]:
+    """`functions/state`: where the instance is and what a client can do next."""
+    state = definition.states.get(instance.current_state)
+    view = (state.raw.get("view") if state else None) or {}
+    transitions: list[dict[str, Any]] = []
+    live = instance.status != InstanceStatus.COMPLETED
+    for transition in definition.available_transitions(instance.current_state) if live else []:
+        if transition.trigger_type != TriggerType.MANUAL:
+            continue
+        entry: dict[str, Any] = {
+            "name": transition.key,
+            "href": _href(base, "transitions", transition.key),
+            "view": {
+                "hasView": bool((transition.raw.get("view") or {}).get("view")),
+                "href": _href(base, f"functions/view?transitionKey={transition.key}"),
+            },
+            "schema": {
+                "hasSchema": bool(transition.raw.get("schema")),
+                "href": _href(base, f"functions/schema?transitionKey={transition.key}"),
+            },
+        }
+        kind = _transition_kind(transition)
+        if kind:
+            entry["kind"] = kind
+        transitions.append(entry)
+    timers = Job.objects.filter(
+        instance_id=instance.id, kind="timer", status=JobStatus.PENDING
+    ).order_by("run_at")
+    for job in timers:
+        key = str(job.payload.get("transition", ""))
+        transitions.append(
+            {
+                "name": key,
+                "href": _href(base, "transitions", key),
+                "kind": "scheduled",
+                "executeAtUtc": job.run_at.isoformat().replace("+00:00", "Z"),
+            }
+        )
+    incident = active_incident(instance)
+    body: dict[str, Any] = {
+        "data": {"href": _href(base, "functions/data")},
+        "view": {
+            "hasView": bool(view.get("view")),
+            "loadData": bool(view.get("loadData")),
+            "href": _href(base, "functions/view"),
+        },
+        "state": instance.current_state,
+        "status": str(instance.status),
+        "stateType": instance.effective_state_type,
+        "stateSubType": instance.effective_state_subtype,
+        "activeCorrelations": [],
+        "transitions": transitions,
+        "incident": {"hasActiveIncident": incident is not None, "active": incident},
+        "eTag": instance.etag,
+    }
+    if definition.timeout is not None and live:
+        body["timeout"] = {"key": definition.timeout.key, "target": definition.timeout.target}
+    return body
+
+
+def data_function(instance: InstanceSnapshot) -> dict[str, Any]:
+    """`functions/data`."""
+    return {"data": instance.data, "eTag": instance.entity_etag, "extensions": {}}
+
+
+def _transition_for_function(
+    definition: WorkflowDefinition, instance: InstanceSnapshot, key: str | None
+) -> TransitionDef | None:
+    if not key:
+        return None
+    transition = definition.transition_for(instance.current_state, key)
+    if transition is None:
+        raise VNextError(
+            Codes.TRANSITION_NOT_FOUND,
+            f"no transition {key!r} in state {instance.current_state!r}",
+            instance_id=str(instance.id),
+        )
+    return transition
+
+
+def view_function(
+    definition: WorkflowDefinition, instance: InstanceSnapshot, transition_key: str | None
+) -> dict[str, Any]:
+    """`functions/view`: the transition's view, a wizard state's single manual transition's
+    view, or the state's view. 404 when there is none."""
+    transition = _transition_for_function(definition, instance, transition_key)
+    state = definition.states.get(instance.current_state)
+    if transition is None and state is not None and state.state_type == StateType.WIZARD:
+        manual = [t for t in state.transitions if t.trigger_type == TriggerType.MANUAL]
+        transition = manual[0] if manual else None
+    holder = (transition.raw.get("view") if transition else None) or (
+        state.raw.get("view") if state else None
+    )
+    reference = (holder or {}).get("view")
+    document = engine().components.component("view", reference) if reference else None
+    if document is None:
+        raise VNextError(Codes.APP_NOT_FOUND, "no view here", instance_id=str(instance.id))
+    attributes = document.get("attributes") or {}
+    return {
+        "key": document.get("key"),
+        "content": attributes.get("content"),
+        "type": attributes.get("type"),
+        "display": attributes.get("display"),
+        "label": attributes.get("labels") or attributes.get("label"),
+    }
+
+
+def schema_function(
+    definition: WorkflowDefinition, instance: InstanceSnapshot, transition_key: str | None
+) -> dict[str, Any]:
+    """`functions/schema?transitionKey=`: the transition's (or master) schema; 404 if none."""
+    transition = _transition_for_function(definition, instance, transition_key)
+    reference = (transition.raw if transition else definition.attributes).get("schema")
+    document = engine().components.component("schema", reference) if reference else None
+    if document is None:
+        raise VNextError(Codes.APP_NOT_FOUND, "no schema here", instance_id=str(instance.id))
+    attributes = document.get("attributes") or {}
+    return {"key": document.get("key"), "type": attributes.get("type"), "schema": attributes.get("schema")}

@@ -1,0 +1,222 @@
+"""Instance writes: start an instance, run a transition. Views, tasks and commands call these;
+these call the engine with the ORM store."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.utils import timezone
+
+from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
+from instances.engine.errors import Codes, VNextError
+from instances.engine.payload import Payload, split_payload, validate_attributes
+from instances.engine.pipeline import Engine, EngineConfig, Execution, TransitionRequest
+from instances.engine.ports import BusinessKeyTaken
+from instances.engine.profiles import Trigger
+from instances.engine.records import InstanceSnapshot
+from instances.models import Instance
+from instances.orm_store import (
+    OrmInstanceReader,
+    OrmStore,
+    RegistryComponents,
+    instance_lookup,
+    snapshot_of,
+)
+from instances.status import InstanceStatus, TriggerType
+from vnext.conf import vnext_setting
+
+
+@cache
+def engine() -> Engine:
+    """The process-wide engine on the ORM (components cached in-process)."""
+    config = EngineConfig(script_timeout_seconds=float(vnext_setting("SCRIPT_TIMEOUT_SECONDS")))
+    return Engine(OrmStore(), RegistryComponents(), reader=OrmInstanceReader(), config=config)
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What a caller sent besides the body: who, headers (lower-case), query parameters."""
+
+    actor: str = ""
+    headers: dict[str, str] | None = None
+    query: dict[str, Any] | None = None
+
+    @property
+    def payload_mode(self) -> str | None:
+        """The `x-vnext-payload-mode` header."""
+        return (self.headers or {}).get("x-vnext-payload-mode")
+
+
+@dataclass(frozen=True)
+class InstanceOutcome:
+    """The instance after a start or transition; `created` is False for an idempotent start."""
+
+    instance: InstanceSnapshot
+    created: bool = True
+    execution: Execution | None = None
+
+
+def workflow_definition(domain: str, workflow: str, version: str | None = None) -> WorkflowDefinition:
+    """The published workflow, or 404 `Instance:100015`."""
+    definition = engine().components.workflow(domain, workflow, version)
+    if definition is None:
+        wanted = f"{domain}/{workflow}" + (f"@{version}" if version else "")
+        raise VNextError(Codes.WORKFLOW_NOT_FOUND, f"workflow {wanted} is not published")
+    return definition
+
+
+def _checked_payload(
+    definition: WorkflowDefinition, transition: TransitionDef, body: Any, info: RequestInfo
+) -> Payload:
+    payload = split_payload(body, info.payload_mode)
+    reference = transition.raw.get("schema")
+    if isinstance(reference, dict):
+        component = engine().components.component("schema", reference)
+        if component is None:
+            raise VNextError(
+                Codes.APP_INTERNAL, f"schema {reference.get('key')} of {transition.key} is missing"
+            )
+        schema = (component.get("attributes") or {}).get("schema")
+        if isinstance(schema, dict):
+            prefix = "/attributes" if payload.envelope else ""
+            validate_attributes(schema, payload.attributes, prefix=prefix)
+    return payload
+
+
+def instance_start(
+    *,
+    domain: str,
+    workflow: str,
+    body: Any,
+    info: RequestInfo,
+    version: str | None = None,
+) -> InstanceOutcome:
+    """Start an instance; with a business key a live instance already has, return that one."""
+    definition = workflow_definition(domain, workflow, version)
+    payload = _checked_payload(definition, definition.start, body, info)
+    if payload.key:
+        existing = _live_by_key(domain, workflow, payload.key)
+        if existing is not None:
+            return InstanceOutcome(existing, created=False)
+    now = timezone.now()
+    snapshot = InstanceSnapshot(
+        id=uuid.uuid4(),
+        domain=domain,
+        workflow_key=definition.key,
+        workflow_version=definition.version,
+        current_state=definition.initial_state.key,
+        effective_state=definition.initial_state.key,
+        key=payload.key,
+        tags=payload.tags,
+        stage=payload.stage,
+        created_by=info.actor,
+        modified_by=info.actor,
+        created_at=now,
+    )
+    request = _request(definition.start, payload, body, info)
+    try:
+        execution = engine().execute(definition, snapshot, request, is_new=True)
+    except BusinessKeyTaken:
+        existing = _live_by_key(domain, workflow, str(payload.key))
+        if existing is None:
+            raise
+        return InstanceOutcome(existing, created=False)
+    return InstanceOutcome(execution.instance, created=True, execution=execution)
+
+
+def instance_transition(
+    *,
+    domain: str,
+    workflow: str,
+    ref: str,
+    transition_key: str,
+    body: Any,
+    info: RequestInfo,
+) -> InstanceOutcome:
+    """Run a client-triggered transition on an instance (by id or business key)."""
+    instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    if instance.status == InstanceStatus.COMPLETED:
+        raise VNextError(
+            Codes.INSTANCE_COMPLETED,
+            f"instance is completed (state {instance.current_state})",
+            instance_id=str(instance.id),
+        )
+    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
+    transition = _client_transition(definition, instance, transition_key)
+    payload = _checked_payload(definition, transition, body, info)
+    request = _request(transition, payload, body, info)
+    execution = engine().execute(definition, instance, request)
+    return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
+def _client_transition(
+    definition: WorkflowDefinition, instance: InstanceSnapshot, key: str
+) -> TransitionDef:
+    transition = definition.transition_for(instance.current_state, key)
+    if transition is None:
+        if definition.find_any(key) is None:
+            raise VNextError(
+                Codes.TRANSITION_NOT_FOUND,
+                f"workflow {definition.key} has no transition {key!r}",
+                instance_id=str(instance.id),
+            )
+        raise VNextError(
+            Codes.TRANSITION_NOT_AVAILABLE,
+            f"transition {key!r} is not available in state {instance.current_state!r}",
+            instance_id=str(instance.id),
+        )
+    if transition.trigger_type == TriggerType.EVENT:
+        raise VNextError(
+            Codes.NOT_AN_EVENT_TRANSITION,
+            f"transition {key!r} is triggered by events only",
+            instance_id=str(instance.id),
+        )
+    if transition.trigger_type != TriggerType.MANUAL or transition.kind == TransitionKind.START:
+        raise VNextError(
+            Codes.TRANSITION_NOT_AVAILABLE,
+            f"transition {key!r} is not triggered by clients (triggerType "
+            f"{transition.trigger_type})",
+            instance_id=str(instance.id),
+        )
+    return transition
+
+
+def _request(
+    transition: TransitionDef, payload: Payload, body: Any, info: RequestInfo
+) -> TransitionRequest:
+    return TransitionRequest(
+        transition=transition,
+        trigger=Trigger.MANUAL,
+        attributes=payload.attributes,
+        body=body,
+        headers=dict(info.headers or {}),
+        query=dict(info.query or {}),
+        actor=info.actor,
+        stage=payload.stage,
+    )
+
+
+def instance_snapshot(*, domain: str, workflow: str, ref: str) -> InstanceSnapshot:
+    """The instance `ref` (UUID or business key) of a workflow, or 404 `Instance:100017`."""
+    row = (
+        Instance.objects.filter(instance_lookup(domain, workflow, ref))
+        .order_by("-created_at")
+        .first()
+    )
+    if row is None:
+        raise VNextError(
+            Codes.INSTANCE_NOT_FOUND, f"workflow {domain}/{workflow} has no instance {ref!r}"
+        )
+    return snapshot_of(row)
+
+
+def _live_by_key(domain: str, workflow: str, key: str) -> InstanceSnapshot | None:
+    row = (
+        Instance.objects.filter(domain=domain, workflow_key=workflow, key=key)
+        .exclude(status=InstanceStatus.COMPLETED)
+        .first()
+    )
+    return snapshot_of(row) if row else None
