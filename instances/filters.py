@@ -21,7 +21,6 @@ from django.db.models import CharField, ExpressionWrapper, F, Func, JSONField, Q
 from django.db.models.expressions import OrderBy
 from django.db.models.fields.json import (  # type: ignore[attr-defined]
     KeyTransform,
-    KeyTransformEndsWith,
     KeyTransformExact,
     KeyTransformGt,
     KeyTransformGte,
@@ -29,7 +28,6 @@ from django.db.models.fields.json import (  # type: ignore[attr-defined]
     KeyTransformLt,
     KeyTransformLte,
     KeyTransformRegex,
-    KeyTransformStartsWith,
     compile_json_path,
 )
 from django.db.models.functions import Coalesce
@@ -74,9 +72,10 @@ _LOOKUPS = {
     "le": "lte",
     "in": "in",
     "isnull": "isnull",
+    # The text matches are regexes so that they stay case-sensitive on SQLite, whose LIKE is not.
     "like": "regex",
-    "startswith": "startswith",
-    "endswith": "endswith",
+    "startswith": "regex",
+    "endswith": "regex",
 }
 _KEY_LOOKUPS: dict[str, type[Lookup[Any]]] = {
     "eq": KeyTransformExact,
@@ -86,8 +85,8 @@ _KEY_LOOKUPS: dict[str, type[Lookup[Any]]] = {
     "le": KeyTransformLte,
     "in": KeyTransformIn,
     "like": KeyTransformRegex,
-    "startswith": KeyTransformStartsWith,
-    "endswith": KeyTransformEndsWith,
+    "startswith": KeyTransformRegex,
+    "endswith": KeyTransformRegex,
 }
 _TEXT_MATCH_OPERATORS = frozenset({"like", "startswith", "endswith"})
 
@@ -165,8 +164,9 @@ def parse_filter(raw: str | None) -> Q:
     - `attributes.*` compare JSON values as given: numbers only match numbers, strings only
       strings (`1` never equals `"1"`), and `gt` or `between` never cross types. A JSON `null`
       counts as no value for `isnull`.
-    - `like` is case-sensitive and matches the whole value; `%` is any run of characters and the
-      only wildcard (`_` is literal; a literal `%` cannot be matched except by `%`).
+    - `like`, `startswith` and `endswith` are case-sensitive. `like` matches the whole value;
+      `%` is any run of characters and the only wildcard (`_` is literal; a literal `%` can
+      only be matched by `%`).
     - Date columns take ISO 8601 date-times; one without an offset is UTC.
     """
     if raw is None or not raw.strip():
@@ -345,7 +345,7 @@ def _parse_instant(value: str, *, where: str) -> datetime:
 def _field_condition(column: _Column, op: str, value: Any) -> Q:
     """A condition on a model field. No guard needed: Django negates these NULL-safely
     (`~Q(key="x")` keeps rows whose key is NULL)."""
-    operand = _like_to_regex(value) if op == "like" else value
+    operand = _text_match_regex(op, value) if op in _TEXT_MATCH_OPERATORS else value
     return Q(**{f"{column.field}__{_LOOKUPS[op]}": operand})
 
 
@@ -359,18 +359,25 @@ def _attribute_condition(column: _Column, op: str, value: Any) -> Q:
     if op == "isnull":
         missing = Q(Exact(_json_type_at(target), "null"))
         return missing if value else ~missing
-    comparison = _KEY_LOOKUPS[op](target, _like_to_regex(value) if op == "like" else value)
+    operand = _text_match_regex(op, value) if op in _TEXT_MATCH_OPERATORS else value
+    comparison = _KEY_LOOKUPS[op](target, operand)
     if op == "in":
         kinds = sorted({_json_type(item) for item in value})
         return Q(In(_json_type_at(target), kinds)) & Q(comparison)
     return Q(Exact(_json_type_at(target), _json_type(value))) & Q(comparison)
 
 
-def _like_to_regex(pattern: str) -> str:
-    """A `like` pattern as an anchored, case-sensitive regex: `%` is any run of characters."""
-    body = ".*".join(re.escape(part) for part in pattern.split("%"))
-    # `\A`/`\Z` and `(?s)` mean the same in PostgreSQL and Python, so SQLite's REGEXP agrees.
-    return rf"(?s)\A{body}\Z"
+def _text_match_regex(op: str, pattern: str) -> str:
+    """`like`, `startswith` or `endswith` as a case-sensitive regex; in `like`, `%` is any run
+    of characters."""
+    if op == "startswith":
+        body = rf"\A{re.escape(pattern)}"
+    elif op == "endswith":
+        body = rf"{re.escape(pattern)}\Z"
+    else:
+        body = rf"\A{'.*'.join(re.escape(part) for part in pattern.split('%'))}\Z"
+    # `\A`, `\Z` and `(?s)` mean the same in PostgreSQL and Python, so SQLite's REGEXP agrees.
+    return f"(?s){body}"
 
 
 def _data_at(path: tuple[str, ...]) -> KeyTransform:

@@ -264,6 +264,13 @@ class ChangeStateStep(Step):
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         instance = execution.instance
         target = hop.transition.resolved_target(instance.current_state)
+        hop.target_state = target
+        if hop.row is not None:
+            hop.row.to_state = target
+        if hop.transition.is_update_data:
+            # No state is entered; writing the state columns without holding Busy could
+            # overwrite a concurrent transition's state.
+            return Outcome.proceed()
         state = execution.definition.state(target)
         instance.current_state = instance.effective_state = target
         instance.effective_state_type = STATE_TYPE_NAMES.get(state.state_type, "intermediate")
@@ -275,11 +282,7 @@ class ChangeStateStep(Step):
             effective_state_subtype=instance.effective_state_subtype,
             modified_by=hop.request.actor,
         )
-        if not hop.transition.is_update_data:
-            execution.writes.bump_state_version = True
-        hop.target_state = target
-        if hop.row is not None:
-            hop.row.to_state = target
+        execution.writes.bump_state_version = True
         return Outcome.proceed()
 
 
