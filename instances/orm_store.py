@@ -326,6 +326,12 @@ class RegistryComponents:
         self._documents: OrderedDict[ComponentRef, dict[str, Any] | None] = OrderedDict()
         self._workflows: OrderedDict[ComponentRef, WorkflowDefinition] = OrderedDict()
 
+    def clear(self) -> None:
+        """Forget every cached document (tests reset the registry between cases)."""
+        with self._lock:
+            self._documents.clear()
+            self._workflows.clear()
+
     def workflow(self, domain: str, key: str, version: str | None) -> WorkflowDefinition | None:
         """The workflow at `version` (newest when None), or None."""
         if version is None:

@@ -40,6 +40,18 @@ class DictResolver:
         return self.documents.get(ref)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_component_cache():
+    """The registry is emptied between tests; published versions are otherwise immutable, so
+    the engine caches them for the life of the process."""
+    yield
+    from instances.services import engine
+
+    components = engine().components
+    if hasattr(components, "clear"):
+        components.clear()
+
+
 @pytest.fixture(scope="session")
 def corpus() -> dict[Path, dict[str, Any]]:
     return load_corpus()

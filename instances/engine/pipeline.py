@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
-from instances.engine.errors import Codes, ErrorCode, VNextError
+from instances.engine.errors import Codes, ErrorCode, VNextError, all_codes
 from instances.engine.ports import Components, InstanceReader, Store, utc_now
 from instances.engine.profiles import Order, Outcome, Profile, Trigger, resolve_profile
 from instances.engine.records import (
@@ -350,7 +350,8 @@ def _describe_failure(exc: BaseException) -> tuple[str, int, str]:
     if isinstance(exc, VNextError):
         return exc.code, exc.http_status, exc.detail
     if isinstance(exc, TaskFailure):
-        return exc.code, 502, exc.message
+        known = next((e for e in all_codes() if e.code == exc.code), None)
+        return exc.code, known.http_status if known else 502, exc.message
     if isinstance(exc, ScriptError):
         return Codes.SCRIPT_FAILED.code, Codes.SCRIPT_FAILED.http_status, str(exc)
     return Codes.APP_INTERNAL.code, 500, "internal error"

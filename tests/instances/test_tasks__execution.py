@@ -1,0 +1,153 @@
+"""Task execution against real endpoints and the database: HTTP (httpx) success, failure and
+timeout codes, mapping handlers, same-order concurrency, Get-instance(s) tasks, the journal."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from instances.models import Incident, Instance, InstanceTask
+from tests.engine.builders import state, transition, workflow
+from tests.instances.http_server import http_server
+from tests.instances.workflows import http_ref, http_task, publish
+
+pytestmark = pytest.mark.django_db
+BASE = "/api/v1/core/workflows/calls/instances"
+
+
+def calls_workflow(tasks: list[dict]) -> dict:
+    return workflow(
+        [
+            state("idle", 1, [transition("call", "called", onExecutionTasks=tasks)]),
+            state("called", 2),
+        ],
+        key="calls",
+    )
+
+
+def run_call(client) -> tuple[str, object]:
+    created = client.post(f"{BASE}/start?sync=true", {"customer": "c-9"}, format="json").json()
+    response = client.patch(f"{BASE}/{created['id']}/transitions/call?sync=true", {}, format="json")
+    return created["id"], response
+
+
+MAPPING = """
+def input_handler(task, context):
+    task.url = task.url + "?customer=" + context.instance.data["customer"]
+    task.headers["X-Test"] = "mapped"
+    return ScriptResponse(data={"customer": context.instance.data["customer"]})
+
+def output_handler(context):
+    return {"echo": context.body["data"], "httpStatus": context.body["status_code"]}
+"""
+
+
+def test_http_task_with_input_and_output_mapping(operator_client):
+    with http_server() as base:
+        publish(http_task("echo", f"{base}/echo", "POST"), calls_workflow([http_ref("echo", mapping=MAPPING)]))
+        instance_id, response = run_call(operator_client)
+    assert response.status_code == 200, response.json()
+    assert response.json()["attributes"] == {
+        "customer": "c-9",
+        "echo": {"method": "POST", "body": {"customer": "c-9"}, "header": "mapped"},
+        "httpStatus": 200,
+    }
+    [journal] = InstanceTask.objects.filter(instance_id=instance_id)
+    assert (journal.task_key, journal.status, journal.phase) == ("echo", "succeeded", "onExecute")
+    assert journal.response["status_code"] == 200
+
+
+def test_http_error_faults_with_task_http_status_and_an_incident(operator_client):
+    with http_server() as base:
+        publish(http_task("broken", f"{base}/status/503"), calls_workflow([http_ref("broken")]))
+        instance_id, response = run_call(operator_client)
+    assert response.status_code == 502
+    assert response.json()["errorCode"] == "Task:Http:503"
+    assert response.json()["instanceId"] == instance_id
+    row = Instance.objects.get(pk=instance_id)
+    assert (row.status, row.current_state, row.busy_owner) == ("F", "idle", "")
+    incident = Incident.objects.get(instance_id=instance_id)
+    assert (incident.error_code, incident.layer, incident.transition_key) == ("Task:Http:503", "task", "call")
+    assert "Traceback" not in incident.message
+    state_body = operator_client.get(f"{BASE}/{instance_id}/functions/state").json()
+    assert state_body["incident"]["hasActiveIncident"] is True
+    history = operator_client.get(f"{BASE}/{instance_id}/transitions").json()["items"]
+    assert (history[-1]["status"], history[-1]["errorCode"]) == ("faulted", "Task:Http:503")
+
+
+def test_accepted_status_codes_turn_an_error_into_success(operator_client):
+    with http_server() as base:
+        task = http_task("lenient", f"{base}/status/404", acceptedStatusCodes=["4xx"])
+        publish(task, calls_workflow([http_ref("lenient")]))
+        _, response = run_call(operator_client)
+    assert response.status_code == 200
+
+
+def test_http_timeout_faults_with_task_http_timeout(operator_client):
+    with http_server() as base:
+        publish(http_task("slow", f"{base}/slow?ms=3000", timeoutSeconds=1), calls_workflow([http_ref("slow")]))
+        _, response = run_call(operator_client)
+    assert (response.status_code, response.json()["errorCode"]) == (504, "Task:Http:Timeout")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tasks_of_the_same_order_run_concurrently(operator_client):
+    with http_server() as base:
+        publish(
+            http_task("slow-a", f"{base}/slow?ms=1200"),
+            http_task("slow-b", f"{base}/slow?ms=1200"),
+            calls_workflow([http_ref("slow-a", order=1), http_ref("slow-b", order=1)]),
+        )
+        started = time.monotonic()
+        instance_id, response = run_call(operator_client)
+        elapsed = time.monotonic() - started
+    assert response.status_code == 200
+    assert elapsed < 2.2  # two 1.2 s calls side by side, not one after the other
+    assert InstanceTask.objects.filter(instance_id=instance_id, status="succeeded").count() == 2
+
+
+GET_DATA = """
+def input_handler(task, context):
+    task.instance_id = context.instance.data["other"]
+    return None
+
+def output_handler(context):
+    return {"otherData": context.body["data"]}
+"""
+
+
+def test_get_instance_data_task_reads_another_instance(operator_client):
+    lookup = {
+        "key": "read-other",
+        "domain": "core",
+        "version": "1.0.0",
+        "flow": "sys-tasks",
+        "flowVersion": "1.0.0",
+        "tags": ["test"],
+        "attributes": {"type": "13", "config": {"domain": "core", "flow": "calls"}},
+    }
+    publish(lookup, calls_workflow([http_ref("read-other", mapping=GET_DATA)]))
+    other = operator_client.post(f"{BASE}/start?sync=true", {"customer": "other-one"}, format="json").json()
+    created = operator_client.post(
+        f"{BASE}/start?sync=true", {"customer": "me", "other": other["id"]}, format="json"
+    ).json()
+    response = operator_client.patch(f"{BASE}/{created['id']}/transitions/call?sync=true", {}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["attributes"]["otherData"] == {"customer": "other-one"}
+
+
+def test_unsupported_task_type_fails_clearly(operator_client):
+    dapr = {
+        "key": "dapr-call",
+        "domain": "core",
+        "version": "1.0.0",
+        "flow": "sys-tasks",
+        "flowVersion": "1.0.0",
+        "tags": ["test"],
+        "attributes": {"type": "3", "config": {"appId": "x", "methodName": "y"}},
+    }
+    publish(dapr, calls_workflow([http_ref("dapr-call")]))
+    _, response = run_call(operator_client)
+    assert response.json()["errorCode"] == "Task:Unsupported"
+    assert "task type 3" in response.json()["detail"]
