@@ -25,7 +25,8 @@ class Instance(models.Model):
     domain = models.CharField(max_length=100)
     workflow_key = models.CharField(max_length=200)
     workflow_version = models.CharField(max_length=64)
-    key = models.CharField(max_length=100, null=True, blank=True)
+    # NULL, not "": the unique constraint on live business keys ignores instances without one.
+    key = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
     status = models.CharField(
         max_length=1, choices=InstanceStatus.choices, default=InstanceStatus.ACTIVE
     )

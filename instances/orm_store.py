@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from instances.engine.definition import WorkflowDefinition
+from instances.engine.ports import BusinessKeyTaken
 from instances.engine.records import (
     Guard,
     GuardKind,
@@ -29,7 +30,6 @@ from instances.engine.records import (
     deep_merge,
     new_etag,
 )
-from instances.engine.ports import BusinessKeyTaken
 from instances.models import (
     Incident,
     Instance,
@@ -120,7 +120,10 @@ class OrmStore:
         try:
             with transaction.atomic():
                 if guard.kind is GuardKind.INSERT:
-                    committed, data_changed = self._insert(snapshot, writes), bool(writes.data_patch)
+                    committed, data_changed = (
+                        self._insert(snapshot, writes),
+                        bool(writes.data_patch),
+                    )
                 elif connection.vendor == "postgresql":
                     committed, data_changed = self._update_postgres(snapshot, writes, guard)
                 else:

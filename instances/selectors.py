@@ -204,4 +204,8 @@ def schema_function(
     if document is None:
         raise VNextError(Codes.APP_NOT_FOUND, "no schema here", instance_id=str(instance.id))
     attributes = document.get("attributes") or {}
-    return {"key": document.get("key"), "type": attributes.get("type"), "schema": attributes.get("schema")}
+    return {
+        "key": document.get("key"),
+        "type": attributes.get("type"),
+        "schema": attributes.get("schema"),
+    }

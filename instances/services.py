@@ -59,7 +59,9 @@ class InstanceOutcome:
     execution: Execution | None = None
 
 
-def workflow_definition(domain: str, workflow: str, version: str | None = None) -> WorkflowDefinition:
+def workflow_definition(
+    domain: str, workflow: str, version: str | None = None
+) -> WorkflowDefinition:
     """The published workflow, or 404 `Instance:100015`."""
     definition = engine().components.workflow(domain, workflow, version)
     if definition is None:

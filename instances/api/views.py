@@ -57,7 +57,9 @@ def _with_etags(response: Response, instance: InstanceSnapshot) -> Response:
 
 def _not_modified(request: Request, etag: str) -> bool:
     sent = request.headers.get("If-None-Match", "")
-    return bool(sent) and etag in {tag.strip().strip('"').removeprefix("W/").strip('"') for tag in sent.split(",")}
+    return bool(sent) and etag in {
+        tag.strip().strip('"').removeprefix("W/").strip('"') for tag in sent.split(",")
+    }
 
 
 def _answer(request: Request, outcome: InstanceOutcome) -> Response:
@@ -65,7 +67,9 @@ def _answer(request: Request, outcome: InstanceOutcome) -> Response:
     if _is_sync(request) or (not outcome.created and outcome.execution is None):
         return _with_etags(Response(envelope(instance)), instance)
     # Until the job runner lands, sync=false runs inline too; it answers as the async API does.
-    return Response({"id": str(instance.id), "status": str(instance.status)}, status=status.HTTP_202_ACCEPTED)
+    return Response(
+        {"id": str(instance.id), "status": str(instance.status)}, status=status.HTTP_202_ACCEPTED
+    )
 
 
 def _run(action: Any) -> InstanceOutcome:
@@ -144,7 +148,9 @@ class InstanceListView(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("filter", str, description='JSON, e.g. {"status": {"eq": "A"}}'),
-            OpenApiParameter("sort", str, description='{"field": "createdAt", "direction": "desc"}'),
+            OpenApiParameter(
+                "sort", str, description='{"field": "createdAt", "direction": "desc"}'
+            ),
             OpenApiParameter("page", int),
             OpenApiParameter("pageSize", int),
         ],

@@ -145,7 +145,8 @@ class WorkflowDefinition:
             self.states[str(raw.get("key"))] = StateDef(raw, transitions)
         self.start = TransitionDef(attributes.get("startTransition") or {}, TransitionKind.START)
         self.shared = tuple(
-            TransitionDef(t, TransitionKind.SHARED) for t in attributes.get("sharedTransitions") or []
+            TransitionDef(t, TransitionKind.SHARED)
+            for t in attributes.get("sharedTransitions") or []
         )
         self.cancel = self._special("cancel", TransitionKind.CANCEL)
         self.exit = self._special("exit", TransitionKind.EXIT)
@@ -163,7 +164,7 @@ class WorkflowDefinition:
 
     @cached_property
     def allowed_modules(self) -> frozenset[str]:
-        """Modules this workflow's scripts may import: the defaults plus `scripts.allowedModules`."""
+        """Modules its scripts may import: the defaults plus `scripts.allowedModules`."""
         scripts = self.attributes.get("scripts") or {}
         extra = scripts.get("allowedModules") or [] if isinstance(scripts, dict) else []
         return DEFAULT_ALLOWED_MODULES | frozenset(m for m in extra if isinstance(m, str))

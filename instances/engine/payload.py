@@ -45,8 +45,10 @@ def split_payload(body: Any, mode: str | None = None) -> Payload:
         return Payload(attributes=body)
     if isinstance(body, dict):
         lowered = {str(k).lower(): k for k in body}
-        is_envelope = mode == "standard" or "attributes" in lowered or (
-            bool(body) and set(lowered) <= ENVELOPE_KEYS
+        is_envelope = (
+            mode == "standard"
+            or "attributes" in lowered
+            or (bool(body) and set(lowered) <= ENVELOPE_KEYS)
         )
         if is_envelope:
             return _envelope(body, lowered)
@@ -76,7 +78,9 @@ def _envelope(body: dict[str, Any], lowered: dict[str, Any]) -> Payload:
     if not isinstance(stage, str) or len(stage) > MAX_STAGE_LENGTH:
         violations.append(Violation("/stage", f"a string of at most {MAX_STAGE_LENGTH}"))
     if violations:
-        raise VNextError(Codes.APP_INVALID_REQUEST, "invalid request envelope", violations=violations)
+        raise VNextError(
+            Codes.APP_INVALID_REQUEST, "invalid request envelope", violations=violations
+        )
     return Payload(
         attributes=attributes if attributes is not None else {},
         key=key,
@@ -102,7 +106,9 @@ def _validator(schema: dict[str, Any]) -> Any:
     return cached
 
 
-def validate_attributes(schema: dict[str, Any], attributes: Any, *, prefix: str = "/attributes") -> None:
+def validate_attributes(
+    schema: dict[str, Any], attributes: Any, *, prefix: str = "/attributes"
+) -> None:
     """Raise 400 `App:900002` listing every place `attributes` breaks `schema`."""
     violations = []
     for error in _validator(schema).iter_errors(attributes):
@@ -115,7 +121,9 @@ def validate_attributes(schema: dict[str, Any], attributes: Any, *, prefix: str 
             missing = leaf.message.split("'")[1] if "'" in leaf.message else ""
             path, message = f"{path}/{missing}", "is required"
         elif leaf.validator == "additionalProperties":
-            extras = [k for k in (leaf.instance or {}) if k not in (leaf.schema.get("properties") or {})]
+            extras = [
+                k for k in (leaf.instance or {}) if k not in (leaf.schema.get("properties") or {})
+            ]
             for extra in extras:
                 violations.append(Violation(f"{prefix}{path}/{extra}", "is not allowed"))
             continue

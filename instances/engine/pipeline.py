@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, VNextError, all_codes
 from instances.engine.ports import Components, InstanceReader, Store, utc_now
-from instances.engine.profiles import Order, Outcome, Profile, Trigger, resolve_profile
+from instances.engine.profiles import Order, Profile, Trigger, resolve_profile
 from instances.engine.records import (
     Guard,
     GuardKind,
@@ -195,7 +195,9 @@ class Execution:
 
     def _hop(self, request: TransitionRequest, depth: int) -> Hop:
         profile = resolve_profile(request.trigger, is_update_data=request.transition.is_update_data)
-        source = None if request.transition.kind == TransitionKind.START else self.instance.current_state
+        source = (
+            None if request.transition.kind == TransitionKind.START else self.instance.current_state
+        )
         hop = Hop(request=request, profile=profile, depth=depth, source_state=source)
         self.hops.append(hop)
         return hop
@@ -361,4 +363,3 @@ def fault_error(fault: PipelineFault) -> VNextError:
     """The API error a fault answers with (its code, its HTTP status, the instance id)."""
     error = ErrorCode(fault.code, fault.http_status, "Transition failed")
     return VNextError(error, fault.message, instance_id=str(fault.instance_id))
-

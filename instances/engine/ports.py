@@ -135,7 +135,9 @@ class InMemoryStore:
                     row.entity_etag = new_etag()
                     if guard.kind is not GuardKind.INSERT:  # a new instance starts at 1.0.0
                         row.data_version = bump_version(row.data_version, writes.version_strategy)
-                    self.data_versions.append((row.id, row.data_version_text, copy.deepcopy(merged)))
+                    self.data_versions.append(
+                        (row.id, row.data_version_text, copy.deepcopy(merged))
+                    )
             if writes.bump_state_version:
                 row.state_version += 1
             row.etag = new_etag()
@@ -157,13 +159,14 @@ class InMemoryStore:
                 for r in self.rows.values()
             ):
                 raise BusinessKeyTaken(snapshot.key)
-            row = copy.deepcopy(snapshot)
-            row.data = {}
-            self.rows[row.id] = row
-            return row
-        row = self.rows.get(snapshot.id)
-        if row is None:
+            inserted = copy.deepcopy(snapshot)
+            inserted.data = {}
+            self.rows[inserted.id] = inserted
+            return inserted
+        existing = self.rows.get(snapshot.id)
+        if existing is None:
             return None
+        row = existing
         if guard.kind is GuardKind.OPTIMISTIC:
             ok = row.status == InstanceStatus.ACTIVE and row.state_version == guard.state_version
         elif guard.kind is GuardKind.OWNER:
@@ -175,9 +178,9 @@ class InMemoryStore:
     def _write_jobs(self, row: InstanceSnapshot, writes: PendingWrites) -> None:
         for job in self.jobs:
             cancel = writes.cancel_all_timers or job["state"] in writes.cancel_timers_of
-            if job["instance_id"] == row.id and job["kind"] == "timer" and cancel:
-                if job["status"] == "pending":
-                    job["status"] = "cancelled"
+            timer = job["instance_id"] == row.id and job["kind"] == "timer"
+            if timer and cancel and job["status"] == "pending":
+                job["status"] = "cancelled"
         for new in writes.jobs:
             self.jobs.append(_job_dict(row.id, new))
 

@@ -1,5 +1,5 @@
-"""Lifecycle orders, step outcomes and pipeline profiles (seed 000, "Adım Tablosu", "Profiller",
-"+Self Bileşimi"). A profile is chosen by the inbound trigger, not by the transition's own type."""
+"""Lifecycle orders, step outcomes and pipeline profiles (seed 000: the step table, the profiles,
+the "+Self" composition). The inbound trigger picks the profile, not the transition's own type."""
 
 from __future__ import annotations
 

@@ -29,6 +29,13 @@ class ScriptObject:
     def __init__(self, **values: Any) -> None:
         self.__dict__.update(values)
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for missing attributes: keep Python's error, give type checkers `Any`.
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
+
     def get(self, name: str, default: Any = None) -> Any:
         """`context.get("body")`: attribute access for scripts written dict-style."""
         return self.__dict__.get(name, default)

@@ -57,7 +57,9 @@ def _context(execution: Execution, hop: Hop, **extra: Any) -> Any:
     )
 
 
-def _run_tasks(execution: Execution, hop: Hop, references: list[dict[str, Any]], phase: str) -> None:
+def _run_tasks(
+    execution: Execution, hop: Hop, references: list[dict[str, Any]], phase: str
+) -> None:
     if not references:
         return
     execution.ensure_busy()
@@ -97,8 +99,10 @@ def _hop_does_io(execution: Execution, hop: Hop) -> bool:
     if not self_only and source is not None and source.on_exits:
         return True
     entered = definition.states.get(target)
-    return entered is not None and not self_only and bool(
-        entered.on_entries or entered.state_type == StateType.SUBFLOW
+    return (
+        entered is not None
+        and not self_only
+        and bool(entered.on_entries or entered.state_type == StateType.SUBFLOW)
     )
 
 
@@ -349,7 +353,9 @@ class RunAutomaticTransitionsStep(Step):
             rule = transition.raw.get("rule")
             if isinstance(rule, dict) and rule.get("code"):
                 context = _context(execution, hop)
-                holds = execution.engine.scripts.call(rule, execution.definition, "handler", context)
+                holds = execution.engine.scripts.call(
+                    rule, execution.definition, "handler", context
+                )
                 if not holds:
                     continue
             elif not transition.is_default_auto:

@@ -145,7 +145,9 @@ class TaskRunner:
         try:
             document = self.components.component("task", task_ref)
             if document is None:
-                raise TaskFailure("Task:NotFound", f"task {key} {task_ref.get('version')} is not published")
+                raise TaskFailure(
+                    "Task:NotFound", f"task {key} {task_ref.get('version')} is not published"
+                )
             attributes = document.get("attributes") or {}
             task_type = str(attributes.get("type"))
             executor = EXECUTORS.get(task_type)
@@ -155,8 +157,12 @@ class TaskRunner:
                     f"task type {task_type} ({key}) is not supported by this runtime",
                 )
             task = _task_view(key, task_type, attributes.get("config") or {})
-            mapping = reference.get("mapping") if isinstance(reference.get("mapping"), dict) else None
-            script = self.scripts.load(mapping, definition) if mapping and mapping.get("code") else None
+            mapping = (
+                reference.get("mapping") if isinstance(reference.get("mapping"), dict) else None
+            )
+            script = (
+                self.scripts.load(mapping, definition) if mapping and mapping.get("code") else None
+            )
             context = script_context(
                 instance,
                 transition_key=transition_key,
@@ -172,7 +178,12 @@ class TaskRunner:
                 if isinstance(returned, ScriptResponse) and returned.headers:
                     task.headers = {**(task.get("headers") or {}), **returned.headers}
             response = executor(
-                TaskCall(task=task, input_data=input_data, domain=instance.domain, reader=self.components_reader())
+                TaskCall(
+                    task=task,
+                    input_data=input_data,
+                    domain=instance.domain,
+                    reader=self.components_reader(),
+                )
             )
             patch = self._output(script, context, response, task_type)
             return outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)

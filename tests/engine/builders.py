@@ -34,11 +34,19 @@ def workflow(
         "flow": "sys-flows",
         "flowVersion": "1.0.0",
         "tags": ["test"],
-        "attributes": {"type": "F", "labels": LABELS, "startTransition": start, "states": states, **extra},
+        "attributes": {
+            "type": "F",
+            "labels": LABELS,
+            "startTransition": start,
+            "states": states,
+            **extra,
+        },
     }
 
 
-def state(key: str, state_type: int = 2, transitions: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+def state(
+    key: str, state_type: int = 2, transitions: list[dict[str, Any]] | None = None, **extra: Any
+) -> dict[str, Any]:
     """A state."""
     return {
         "key": key,
@@ -80,7 +88,9 @@ def script_task(key: str = "script-task") -> dict[str, Any]:
     }
 
 
-def task_ref(output: dict[str, Any] | str, order: int = 1, key: str = "script-task") -> dict[str, Any]:
+def task_ref(
+    output: dict[str, Any] | str, order: int = 1, key: str = "script-task"
+) -> dict[str, Any]:
     """An onExecutionTasks/onEntries item running `key` whose output handler returns `output`
     (a dict literal, or Python source of the handler's return expression)."""
     expression = output if isinstance(output, str) else repr(output)
@@ -107,6 +117,11 @@ class Harness:
 
     def definition(self, key: str = "wf") -> WorkflowDefinition:
         found = self.components.workflow("core", key, None)
+        assert found is not None
+        return found
+
+    def load(self, instance_id: uuid.UUID) -> InstanceSnapshot:
+        found = self.store.load(instance_id)
         assert found is not None
         return found
 

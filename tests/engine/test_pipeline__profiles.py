@@ -29,7 +29,6 @@ from tests.engine.builders import (
 )
 
 ALL = [int(order) for order in Order]
-O = Order
 
 
 def orders(*excluded: Order) -> list[int]:
@@ -44,10 +43,23 @@ def test_lifecycle_order_is_the_seed_table():
     ("profile", "excluded", "allow_subflow"),
     [
         (MANUAL, set(), True),
-        (AUTO_CHAIN, {O.PREFLIGHT, O.FORWARD_TO_ACTIVE_SUBFLOW, O.SET_BUSY, O.APPLY_TIMEOUT_STATE}, False),
-        (SCHEDULED, {O.PREFLIGHT, O.FORWARD_TO_ACTIVE_SUBFLOW}, False),
-        (EVENT, {O.PREFLIGHT, O.FORWARD_TO_ACTIVE_SUBFLOW}, True),
-        (ERROR_BOUNDARY, {O.PREFLIGHT, O.FORWARD_TO_ACTIVE_SUBFLOW, O.RESOURCE_LOCK}, False),
+        (
+            AUTO_CHAIN,
+            {
+                Order.PREFLIGHT,
+                Order.FORWARD_TO_ACTIVE_SUBFLOW,
+                Order.SET_BUSY,
+                Order.APPLY_TIMEOUT_STATE,
+            },
+            False,
+        ),
+        (SCHEDULED, {Order.PREFLIGHT, Order.FORWARD_TO_ACTIVE_SUBFLOW}, False),
+        (EVENT, {Order.PREFLIGHT, Order.FORWARD_TO_ACTIVE_SUBFLOW}, True),
+        (
+            ERROR_BOUNDARY,
+            {Order.PREFLIGHT, Order.FORWARD_TO_ACTIVE_SUBFLOW, Order.RESOURCE_LOCK},
+            False,
+        ),
     ],
     ids=lambda value: getattr(value, "name", None),
 )
@@ -58,15 +70,16 @@ def test_profiles_exclude_what_the_seed_says(profile, excluded, allow_subflow):
 
 
 def test_self_composes_onto_the_base_profile():
-    self_only = {O.CANCEL_SCHEDULED_JOBS, O.ON_EXIT, O.ON_ENTRY, O.SCHEDULE}
+    self_only = {Order.CANCEL_SCHEDULED_JOBS, Order.ON_EXIT, Order.ON_ENTRY, Order.SCHEDULE}
     manual_self = resolve_profile(Trigger.MANUAL, is_update_data=True)
     auto_self = resolve_profile(Trigger.AUTOMATIC, is_update_data=True)
     assert manual_self.name == "Manual+Self"
     assert manual_self.excluded == frozenset(self_only)
     assert auto_self.name == "AutoChain+Self"
     assert auto_self.excluded == AUTO_CHAIN.excluded | self_only
-    assert manual_self.runs(O.CHANGE_STATE) and manual_self.runs(O.ON_EXECUTE)
-    assert manual_self.runs(O.AUTO)
+    assert manual_self.runs(Order.CHANGE_STATE)
+    assert manual_self.runs(Order.ON_EXECUTE)
+    assert manual_self.runs(Order.AUTO)
     assert resolve_profile(Trigger.MANUAL, is_update_data=False) is MANUAL
 
 
@@ -103,10 +116,21 @@ def test_manual_run_executes_every_step_in_order():
 @pytest.mark.parametrize(
     ("trigger", "excluded"),
     [
-        (Trigger.SCHEDULED, (O.PREFLIGHT, O.FORWARD_TO_ACTIVE_SUBFLOW)),
-        (Trigger.EVENT, (O.PREFLIGHT, O.FORWARD_TO_ACTIVE_SUBFLOW)),
-        (Trigger.ERROR_BOUNDARY, (O.PREFLIGHT, O.FORWARD_TO_ACTIVE_SUBFLOW, O.RESOURCE_LOCK)),
-        (Trigger.AUTOMATIC, (O.PREFLIGHT, O.FORWARD_TO_ACTIVE_SUBFLOW, O.SET_BUSY, O.APPLY_TIMEOUT_STATE)),
+        (Trigger.SCHEDULED, (Order.PREFLIGHT, Order.FORWARD_TO_ACTIVE_SUBFLOW)),
+        (Trigger.EVENT, (Order.PREFLIGHT, Order.FORWARD_TO_ACTIVE_SUBFLOW)),
+        (
+            Trigger.ERROR_BOUNDARY,
+            (Order.PREFLIGHT, Order.FORWARD_TO_ACTIVE_SUBFLOW, Order.RESOURCE_LOCK),
+        ),
+        (
+            Trigger.AUTOMATIC,
+            (
+                Order.PREFLIGHT,
+                Order.FORWARD_TO_ACTIVE_SUBFLOW,
+                Order.SET_BUSY,
+                Order.APPLY_TIMEOUT_STATE,
+            ),
+        ),
     ],
 )
 def test_the_inbound_trigger_picks_the_profile_the_runner_follows(trigger, excluded):
@@ -124,9 +148,9 @@ def test_update_data_runs_manual_plus_self():
     [hop] = execution.hops
     assert hop.profile.name == "Manual+Self"
     assert [int(o) for o in hop.executed] == orders(
-        O.CANCEL_SCHEDULED_JOBS, O.ON_EXIT, O.ON_ENTRY, O.SCHEDULE
+        Order.CANCEL_SCHEDULED_JOBS, Order.ON_EXIT, Order.ON_ENTRY, Order.SCHEDULE
     )
-    instance = harness.store.load(started.instance.id)
+    instance = harness.load(started.instance.id)
     assert instance.current_state == "pong"
     assert instance.data == {"note": "hi"}
 
@@ -135,17 +159,19 @@ def test_update_data_in_an_auto_chain_runs_auto_chain_plus_self():
     harness = Harness(ping_pong())
     started = harness.start()
     harness.fire(started.instance.id, "to-pong")
-    execution = harness.fire(started.instance.id, "update-data", {"x": 1}, trigger=Trigger.AUTOMATIC)
+    execution = harness.fire(
+        started.instance.id, "update-data", {"x": 1}, trigger=Trigger.AUTOMATIC
+    )
     assert execution.hops[0].profile.name == "AutoChain+Self"
     assert [int(o) for o in execution.hops[0].executed] == orders(
-        O.PREFLIGHT,
-        O.FORWARD_TO_ACTIVE_SUBFLOW,
-        O.SET_BUSY,
-        O.APPLY_TIMEOUT_STATE,
-        O.CANCEL_SCHEDULED_JOBS,
-        O.ON_EXIT,
-        O.ON_ENTRY,
-        O.SCHEDULE,
+        Order.PREFLIGHT,
+        Order.FORWARD_TO_ACTIVE_SUBFLOW,
+        Order.SET_BUSY,
+        Order.APPLY_TIMEOUT_STATE,
+        Order.CANCEL_SCHEDULED_JOBS,
+        Order.ON_EXIT,
+        Order.ON_ENTRY,
+        Order.SCHEDULE,
     )
 
 
@@ -156,13 +182,21 @@ def gate(rule_result: str) -> dict:
                 "gate",
                 1,
                 [
-                    transition("auto-advance", "advanced", 1, rule=script(
-                        f"def handler(context):\n    return {rule_result}\n"
-                    )),
-                    transition("gate-timeout", "timed-out", 2, timer=script(
-                        "from datetime import timedelta\n\ndef handler(context):\n"
-                        "    return timedelta(seconds=8)\n"
-                    )),
+                    transition(
+                        "auto-advance",
+                        "advanced",
+                        1,
+                        rule=script(f"def handler(context):\n    return {rule_result}\n"),
+                    ),
+                    transition(
+                        "gate-timeout",
+                        "timed-out",
+                        2,
+                        timer=script(
+                            "from datetime import timedelta\n\ndef handler(context):\n"
+                            "    return timedelta(seconds=8)\n"
+                        ),
+                    ),
                 ],
             ),
             state("advanced", 2, [transition("finish", "done")]),
@@ -176,8 +210,9 @@ def test_auto_runs_before_schedule_and_a_winner_arms_no_timer():
     harness = Harness(gate("context.instance.data.get('mode') == 'auto'"))
     execution = harness.start({"mode": "auto"})
     first, chained = execution.hops
-    assert first.executed.index(O.AUTO) < first.executed.index(O.SCHEDULE)
-    assert first.next_transition is not None and first.next_transition.key == "auto-advance"
+    assert first.executed.index(Order.AUTO) < first.executed.index(Order.SCHEDULE)
+    assert first.next_transition is not None
+    assert first.next_transition.key == "auto-advance"
     assert chained.profile is AUTO_CHAIN
     assert execution.instance.current_state == "advanced"
     assert harness.store.jobs == []
@@ -190,7 +225,11 @@ def test_without_an_auto_winner_schedule_arms_the_timer():
     [job] = harness.store.jobs
     assert (job["kind"], job["state"], job["status"]) == ("timer", "gate", "pending")
     assert job["payload"]["transition"] == "gate-timeout"
-    delay = (job["run_at"] - execution.instance.updated_at).total_seconds() if execution.instance.updated_at else 8
+    delay = (
+        (job["run_at"] - execution.instance.updated_at).total_seconds()
+        if execution.instance.updated_at
+        else 8
+    )
     assert 7 <= delay <= 9
 
 
@@ -220,7 +259,7 @@ def test_the_51st_automatic_hop_faults_with_transition_100017():
     with pytest.raises(PipelineFault) as caught:
         harness.fire(started.instance.id, "go")
     assert caught.value.code == "Transition:100017"
-    instance = harness.store.load(started.instance.id)
+    instance = harness.load(started.instance.id)
     assert instance.status == InstanceStatus.FAULTED
     assert instance.current_state == f"s{MAX_CHAIN_DEPTH + 1}"
     assert [i.error_code for i in harness.store.incidents] == ["Transition:100017"]
@@ -235,9 +274,15 @@ def test_default_auto_fires_only_when_no_rule_matches():
                 "check",
                 1,
                 [
-                    transition("pass", "passed", 1, rule=script(
-                        "def handler(context):\n    return context.instance.data['path'] == 'pass'\n"
-                    )),
+                    transition(
+                        "pass",
+                        "passed",
+                        1,
+                        rule=script(
+                            "def handler(context):\n"
+                            "    return context.instance.data['path'] == 'pass'\n"
+                        ),
+                    ),
                     transition("fallback", "fallen-back", 1, triggerKind=10),
                 ],
             ),
@@ -264,7 +309,7 @@ def test_a_fault_in_on_entry_leaves_the_instance_committed_in_the_target_state()
     with pytest.raises(PipelineFault) as caught:
         harness.fire(started.instance.id, "go", {"before": True})
     assert caught.value.code == "Task:400008"
-    instance = harness.store.load(started.instance.id)
+    instance = harness.load(started.instance.id)
     assert (instance.current_state, instance.status) == ("b", InstanceStatus.FAULTED)
     assert instance.data == {"before": True}
     assert [i.error_code for i in harness.store.incidents] == ["Task:400008"]
@@ -276,11 +321,21 @@ def test_a_fault_in_on_entry_leaves_the_instance_committed_in_the_target_state()
 def test_tasks_merge_their_output_in_order_and_same_order_runs_together():
     document = workflow(
         [
-            state("a", 1, [transition("go", "b", onExecutionTasks=[
-                task_ref({"first": 1, "shared": "first"}, order=1),
-                task_ref({"second": 2}, order=1),
-                task_ref({"third": 3, "shared": "third"}, order=2),
-            ])]),
+            state(
+                "a",
+                1,
+                [
+                    transition(
+                        "go",
+                        "b",
+                        onExecutionTasks=[
+                            task_ref({"first": 1, "shared": "first"}, order=1),
+                            task_ref({"second": 2}, order=1),
+                            task_ref({"third": 3, "shared": "third"}, order=2),
+                        ],
+                    )
+                ],
+            ),
             state("b", 2),
         ]
     )
@@ -316,9 +371,20 @@ def test_a_rule_that_raises_faults_with_its_location_and_line():
     document = workflow(
         [
             state("a", 1, [transition("go", "b")]),
-            state("b", 2, [transition("auto", "c", 1, rule=script(
-                "def handler(context):\n    return context.instance.data['missing']\n"
-            ))]),
+            state(
+                "b",
+                2,
+                [
+                    transition(
+                        "auto",
+                        "c",
+                        1,
+                        rule=script(
+                            "def handler(context):\n    return context.instance.data['missing']\n"
+                        ),
+                    )
+                ],
+            ),
             state("c", 3),
         ]
     )
@@ -328,5 +394,5 @@ def test_a_rule_that_raises_faults_with_its_location_and_line():
         harness.fire(started.instance.id, "go")
     assert caught.value.code == "Script:100001"
     assert "./src/Test.py, line 2: KeyError" in caught.value.message
-    instance = harness.store.load(started.instance.id)
+    instance = harness.load(started.instance.id)
     assert (instance.current_state, instance.status) == ("b", InstanceStatus.FAULTED)

@@ -1,4 +1,4 @@
-"""A small HTTP server on loopback for HTTP-task tests: `/ok`, `/slow?ms=N`, `/status/N`, `/echo`."""
+"""A loopback HTTP server for HTTP-task tests: `/ok`, `/slow?ms=N`, `/status/N`, `/echo`."""
 
 from __future__ import annotations
 
@@ -30,13 +30,16 @@ class _Handler(BaseHTTPRequestHandler):
         elif url.path.startswith("/status/"):
             self._answer(int(url.path.rsplit("/", 1)[1]), {"error": "as asked"})
         elif url.path == "/echo":
-            self._answer(200, {"method": self.command, "body": received, "header": self.headers.get("X-Test")})
+            self._answer(
+                200,
+                {"method": self.command, "body": received, "header": self.headers.get("X-Test")},
+            )
         else:
             self._answer(200, {"ok": True})
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _route
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -75,7 +75,12 @@ def test_fifty_threads_one_transition_exactly_one_wins(operator, operator_client
     assert Counter(results) == {(200, None): 1, (409, "Instance:100031"): 49}
     assert InstanceTransition.objects.filter(transition_key="to-pong").count() == 1
     row = Instance.objects.get(pk=instance_id)
-    assert (row.status, row.current_state, row.busy_owner, row.busy_since) == ("A", "pong", "", None)
+    assert (row.status, row.current_state, row.busy_owner, row.busy_since) == (
+        "A",
+        "pong",
+        "",
+        None,
+    )
 
 
 @pytest.mark.parametrize("with_task", [False, True], ids=["one-commit", "busy-cas"])
@@ -142,5 +147,9 @@ def test_cancel_is_exempt_from_409_and_takes_busy_over(operator, operator_client
     )
     assert response.status_code == 200
     row = Instance.objects.get(pk=instance_id)
-    assert (row.status, row.current_state, row.effective_state_subtype) == ("C", "cancelled", "cancelled")
+    assert (row.status, row.current_state, row.effective_state_subtype) == (
+        "C",
+        "cancelled",
+        "cancelled",
+    )
     assert row.busy_owner == ""

@@ -85,7 +85,9 @@ def test_start_with_a_live_key_is_idempotent(operator_client, flow):
 
 def test_transition_by_id_or_business_key(operator_client, flow):
     created = start(operator_client, {"key": "k-7"}).json()
-    response = operator_client.patch(f"{BASE}/k-7/transitions/to-pong?sync=true", {"b": 2}, format="json")
+    response = operator_client.patch(
+        f"{BASE}/k-7/transitions/to-pong?sync=true", {"b": 2}, format="json"
+    )
     assert response.status_code == 200
     assert response.json()["attributes"] == {"b": 2}
     assert response.json()["id"] == created["id"]
@@ -98,10 +100,14 @@ def test_transition_by_id_or_business_key(operator_client, flow):
 
 def test_entity_etag_changes_only_when_data_changes(operator_client, flow):
     created = start(operator_client, {"a": 1}).json()
-    moved = operator_client.patch(f"{BASE}/{created['id']}/transitions/to-pong?sync=true", {}, format="json").json()
+    moved = operator_client.patch(
+        f"{BASE}/{created['id']}/transitions/to-pong?sync=true", {}, format="json"
+    ).json()
     assert moved["eTag"] != created["eTag"]
     assert moved["entityEtag"] == created["entityEtag"]
-    changed = operator_client.patch(f"{BASE}/{created['id']}/transitions/to-ping?sync=true", {"a": 2}, format="json").json()
+    changed = operator_client.patch(
+        f"{BASE}/{created['id']}/transitions/to-ping?sync=true", {"a": 2}, format="json"
+    ).json()
     assert changed["entityEtag"] != moved["entityEtag"]
     assert Instance.objects.get(pk=created["id"]).data_version == "1.1.0"
 
@@ -124,26 +130,40 @@ def test_get_instance_and_304(operator_client, flow):
 
 
 @pytest.mark.parametrize("function", ["state", "data"])
-def test_state_and_data_functions_answer_304_until_something_changes(operator_client, flow, function):
+def test_state_and_data_functions_answer_304_until_something_changes(
+    operator_client, flow, function
+):
     created = start(operator_client, {"x": 1}).json()
     url = f"{BASE}/{created['id']}/functions/{function}"
     first = operator_client.get(url)
     assert first.status_code == 200
     assert operator_client.get(url, HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 304
-    operator_client.patch(f"{BASE}/{created['id']}/transitions/to-pong?sync=true", {"x": 2}, format="json")
+    operator_client.patch(
+        f"{BASE}/{created['id']}/transitions/to-pong?sync=true", {"x": 2}, format="json"
+    )
     assert operator_client.get(url, HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 200
 
 
 def test_state_function_lists_what_a_client_can_do(operator_client, flow):
     created = start(operator_client).json()
-    operator_client.patch(f"{BASE}/{created['id']}/transitions/to-pong?sync=true", {}, format="json")
+    operator_client.patch(
+        f"{BASE}/{created['id']}/transitions/to-pong?sync=true", {}, format="json"
+    )
     body = operator_client.get(f"{BASE}/{created['id']}/functions/state").json()
     assert (body["state"], body["status"]) == ("pong", "A")
     names = {t["name"]: t.get("kind") for t in body["transitions"]}
-    assert names == {"to-ping": None, "finish": None, "order": None, "update-data": "updateData", "cancel": "cancel"}
+    assert names == {
+        "to-ping": None,
+        "finish": None,
+        "order": None,
+        "update-data": "updateData",
+        "cancel": "cancel",
+    }
     order = next(t for t in body["transitions"] if t["name"] == "order")
     assert order["schema"]["hasSchema"] is True
-    schema = operator_client.get(f"{BASE}/{created['id']}/functions/schema?transitionKey=order").json()
+    schema = operator_client.get(
+        f"{BASE}/{created['id']}/functions/schema?transitionKey=order"
+    ).json()
     assert schema["key"] == "order-input"
     assert schema["schema"]["required"] == ["amount", "customer"]
 
@@ -172,7 +192,9 @@ def problem(response, status, code):
 
 
 def test_unknown_workflow_is_404(operator_client, flow):
-    response = operator_client.post("/api/v1/core/workflows/nope/instances/start", {}, format="json")
+    response = operator_client.post(
+        "/api/v1/core/workflows/nope/instances/start", {}, format="json"
+    )
     problem(response, 404, "Instance:100015")
     response = operator_client.post(f"{BASE}/start?version=9.9.9", {}, format="json")
     problem(response, 404, "Instance:100015")
@@ -188,7 +210,9 @@ def test_unknown_instance_is_404(operator_client, flow):
 def test_unknown_transition_is_404_and_unavailable_is_400(operator_client, flow):
     created = start(operator_client).json()
     url = f"{BASE}/{created['id']}/transitions"
-    body = problem(operator_client.patch(f"{url}/teleport", {}, format="json"), 404, "Transition:100004")
+    body = problem(
+        operator_client.patch(f"{url}/teleport", {}, format="json"), 404, "Transition:100004"
+    )
     assert body["instanceId"] == created["id"]
     problem(operator_client.patch(f"{url}/to-ping", {}, format="json"), 400, "Transition:100020")
     assert InstanceTransition.objects.filter(transition_key="to-ping").count() == 0
@@ -248,7 +272,9 @@ def test_transition_on_a_completed_instance_is_400(operator_client, flow):
 def test_transition_on_a_faulted_instance_is_409(operator_client, flow):
     created = start(operator_client).json()
     Instance.objects.filter(pk=created["id"]).update(status="F")
-    response = operator_client.patch(f"{BASE}/{created['id']}/transitions/to-pong", {}, format="json")
+    response = operator_client.patch(
+        f"{BASE}/{created['id']}/transitions/to-pong", {}, format="json"
+    )
     problem(response, 409, "Instance:100028")
 
 
@@ -256,13 +282,30 @@ def test_automatic_transitions_cannot_be_fired_by_clients(operator_client, db):
     document = workflow(
         [
             state("a", 1, [transition("go", "b")]),
-            state("b", 2, [transition("auto", "c", 1, rule={"code": "def handler(context):\n    return False\n", "encoding": "NAT", "location": "./src/R.py"})]),
+            state(
+                "b",
+                2,
+                [
+                    transition(
+                        "auto",
+                        "c",
+                        1,
+                        rule={
+                            "code": "def handler(context):\n    return False\n",
+                            "encoding": "NAT",
+                            "location": "./src/R.py",
+                        },
+                    )
+                ],
+            ),
             state("c", 3),
         ],
         key="autos",
     )
     publish(document)
-    created = operator_client.post("/api/v1/core/workflows/autos/instances/start?sync=true", {}, format="json").json()
+    created = operator_client.post(
+        "/api/v1/core/workflows/autos/instances/start?sync=true", {}, format="json"
+    ).json()
     url = f"/api/v1/core/workflows/autos/instances/{created['id']}/transitions"
     operator_client.patch(f"{url}/go?sync=true", {}, format="json")
     problem(operator_client.patch(f"{url}/auto", {}, format="json"), 400, "Transition:100020")

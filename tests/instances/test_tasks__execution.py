@@ -4,6 +4,7 @@ timeout codes, mapping handlers, same-order concurrency, Get-instance(s) tasks, 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def calls_workflow(tasks: list[dict]) -> dict:
     )
 
 
-def run_call(client) -> tuple[str, object]:
+def run_call(client: Any) -> tuple[str, Any]:
     created = client.post(f"{BASE}/start?sync=true", {"customer": "c-9"}, format="json").json()
     response = client.patch(f"{BASE}/{created['id']}/transitions/call?sync=true", {}, format="json")
     return created["id"], response
@@ -45,7 +46,10 @@ def output_handler(context):
 
 def test_http_task_with_input_and_output_mapping(operator_client):
     with http_server() as base:
-        publish(http_task("echo", f"{base}/echo", "POST"), calls_workflow([http_ref("echo", mapping=MAPPING)]))
+        publish(
+            http_task("echo", f"{base}/echo", "POST"),
+            calls_workflow([http_ref("echo", mapping=MAPPING)]),
+        )
         instance_id, response = run_call(operator_client)
     assert response.status_code == 200, response.json()
     assert response.json()["attributes"] == {
@@ -55,6 +59,7 @@ def test_http_task_with_input_and_output_mapping(operator_client):
     }
     [journal] = InstanceTask.objects.filter(instance_id=instance_id)
     assert (journal.task_key, journal.status, journal.phase) == ("echo", "succeeded", "onExecute")
+    assert journal.response is not None
     assert journal.response["status_code"] == 200
 
 
@@ -68,7 +73,11 @@ def test_http_error_faults_with_task_http_status_and_an_incident(operator_client
     row = Instance.objects.get(pk=instance_id)
     assert (row.status, row.current_state, row.busy_owner) == ("F", "idle", "")
     incident = Incident.objects.get(instance_id=instance_id)
-    assert (incident.error_code, incident.layer, incident.transition_key) == ("Task:Http:503", "task", "call")
+    assert (incident.error_code, incident.layer, incident.transition_key) == (
+        "Task:Http:503",
+        "task",
+        "call",
+    )
     assert "Traceback" not in incident.message
     state_body = operator_client.get(f"{BASE}/{instance_id}/functions/state").json()
     assert state_body["incident"]["hasActiveIncident"] is True
@@ -86,7 +95,10 @@ def test_accepted_status_codes_turn_an_error_into_success(operator_client):
 
 def test_http_timeout_faults_with_task_http_timeout(operator_client):
     with http_server() as base:
-        publish(http_task("slow", f"{base}/slow?ms=3000", timeoutSeconds=1), calls_workflow([http_ref("slow")]))
+        publish(
+            http_task("slow", f"{base}/slow?ms=3000", timeoutSeconds=1),
+            calls_workflow([http_ref("slow")]),
+        )
         _, response = run_call(operator_client)
     assert (response.status_code, response.json()["errorCode"]) == (504, "Task:Http:Timeout")
 
@@ -128,11 +140,15 @@ def test_get_instance_data_task_reads_another_instance(operator_client):
         "attributes": {"type": "13", "config": {"domain": "core", "flow": "calls"}},
     }
     publish(lookup, calls_workflow([http_ref("read-other", mapping=GET_DATA)]))
-    other = operator_client.post(f"{BASE}/start?sync=true", {"customer": "other-one"}, format="json").json()
+    other = operator_client.post(
+        f"{BASE}/start?sync=true", {"customer": "other-one"}, format="json"
+    ).json()
     created = operator_client.post(
         f"{BASE}/start?sync=true", {"customer": "me", "other": other["id"]}, format="json"
     ).json()
-    response = operator_client.patch(f"{BASE}/{created['id']}/transitions/call?sync=true", {}, format="json")
+    response = operator_client.patch(
+        f"{BASE}/{created['id']}/transitions/call?sync=true", {}, format="json"
+    )
     assert response.status_code == 200, response.json()
     assert response.json()["attributes"]["otherData"] == {"customer": "other-one"}
 

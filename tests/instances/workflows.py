@@ -25,7 +25,7 @@ CANCEL = {
 
 def ping_pong(key: str = "ping-pong", *, with_task: bool = False) -> dict[str, Any]:
     """ping <-> pong; `with_task` puts a script task on to-pong (the Busy path)."""
-    extra = {"onExecutionTasks": [task_ref({"ponged": True})]} if with_task else {}
+    extra: dict[str, Any] = {"onExecutionTasks": [task_ref({"ponged": True})]} if with_task else {}
     return workflow(
         [
             state("ping", 1, [transition("to-pong", "pong", **extra)]),

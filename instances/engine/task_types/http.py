@@ -25,7 +25,9 @@ def execute_http(call: TaskCall) -> StandardResponse:
             verify=bool(task.get("validate_ssl", True)),
         )
     except httpx.TimeoutException as exc:
-        raise TaskFailure("Task:Http:Timeout", f"HTTP {method} timed out after {timeout:g} s") from exc
+        raise TaskFailure(
+            "Task:Http:Timeout", f"HTTP {method} timed out after {timeout:g} s"
+        ) from exc
     except httpx.HTTPError as exc:
         raise TaskFailure("Task:Http:Transport", f"HTTP {method} failed: {exc}") from exc
     result = StandardResponse(
