@@ -59,8 +59,24 @@ def active_incident(instance: InstanceSnapshot) -> dict[str, Any] | None:
         .order_by("-created_at")
         .first()
     )
-    if row is None:
-        return None
+    return incident_body(row) if row else None
+
+
+def incident_page(
+    instance: InstanceSnapshot, page: int, page_size: int
+) -> tuple[list[Incident], bool]:
+    """A page of the instance's incidents, newest first, and whether another page follows."""
+    start = (page - 1) * page_size
+    rows = list(
+        Incident.objects.filter(instance_id=instance.id).order_by("-created_at", "-id")[
+            start : start + page_size + 1
+        ]
+    )
+    return rows[:page_size], len(rows) > page_size
+
+
+def incident_body(row: Incident) -> dict[str, Any]:
+    """An incident as the API shows it (never a stack trace)."""
     return {
         "id": row.pk,
         "errorCode": row.error_code,
@@ -69,6 +85,7 @@ def active_incident(instance: InstanceSnapshot) -> dict[str, Any] | None:
         "transitionKey": row.transition_key,
         "taskKey": row.task_key or None,
         "layer": row.layer,
+        "resolved": row.resolved,
         "createdAt": row.created_at.isoformat(),
     }
 

@@ -17,6 +17,12 @@ urlpatterns = [
         name="instance-transition",
     ),
     path(f"{ONE}/transitions", views.InstanceHistoryView.as_view(), name="instance-history"),
+    path(f"{ONE}/incidents", views.InstanceIncidentListView.as_view(), name="instance-incidents"),
+    path(
+        f"{ONE}/incidents/active",
+        views.InstanceActiveIncidentView.as_view(),
+        name="instance-incident-active",
+    ),
     path(
         f"{ONE}/functions/<str:function>",
         views.InstanceFunctionView.as_view(),

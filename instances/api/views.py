@@ -16,9 +16,12 @@ from instances.api.presenters import envelope, history_row, instance_detail, lis
 from instances.engine.errors import Codes, VNextError
 from instances.engine.pipeline import PipelineFault, fault_error
 from instances.engine.records import InstanceSnapshot
+from instances.filters import parse_page
 from instances.selectors import (
     active_incident,
     data_function,
+    incident_body,
+    incident_page,
     instance_history,
     instance_list,
     schema_function,
@@ -197,6 +200,49 @@ class InstanceHistoryView(APIView):
         """Every transition attempt, oldest first."""
         snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
         return Response({"items": [history_row(row) for row in instance_history(snapshot)]})
+
+
+class InstanceIncidentListView(APIView):
+    """The incidents of an instance, newest first."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("page", int), OpenApiParameter("pageSize", int)],
+        responses={200: OpenApiTypes.OBJECT},
+        summary="Incidents of an instance",
+    )
+    def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
+        """`{hasActiveIncident, items, page, pageSize, hasNext}`."""
+        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        page, size = parse_page(
+            request.query_params.get("page"), request.query_params.get("pageSize")
+        )
+        rows, has_next = incident_page(snapshot, page, size)
+        return Response(
+            {
+                "hasActiveIncident": active_incident(snapshot) is not None,
+                "items": [incident_body(row) for row in rows],
+                "page": page,
+                "pageSize": size,
+                "hasNext": has_next,
+            }
+        )
+
+
+class InstanceActiveIncidentView(APIView):
+    """The open incident of an instance."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Open incident")
+    def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
+        """The newest open incident; 404 `Instance:100037` (a normal answer) when none."""
+        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        incident = active_incident(snapshot)
+        if incident is None:
+            raise VNextError(
+                Codes.NO_ACTIVE_INCIDENT,
+                "the instance has no open incident",
+                instance_id=str(snapshot.id),
+            )
+        return Response(incident)
 
 
 class InstanceFunctionView(APIView):

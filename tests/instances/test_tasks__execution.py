@@ -167,3 +167,31 @@ def test_unsupported_task_type_fails_clearly(operator_client):
     _, response = run_call(operator_client)
     assert response.json()["errorCode"] == "Task:Unsupported"
     assert "task type 3" in response.json()["detail"]
+
+
+def test_a_failing_on_entry_task_leaves_the_instance_faulted_in_the_target_state(operator_client):
+    with http_server() as base:
+        document = workflow(
+            [
+                state("idle", 1, [transition("call", "called")]),
+                state("called", 2, onEntries=[http_ref("broken")]),
+            ],
+            key="calls",
+        )
+        publish(http_task("broken", f"{base}/status/500"), document)
+        instance_id, response = run_call(operator_client)
+    assert (response.status_code, response.json()["errorCode"]) == (502, "Task:Http:500")
+    row = Instance.objects.get(pk=instance_id)
+    assert (row.current_state, row.status, row.data) == ("called", "F", {"customer": "c-9"})
+    incidents = operator_client.get(f"{BASE}/{instance_id}/incidents").json()
+    assert incidents["hasActiveIncident"] is True
+    assert [i["errorCode"] for i in incidents["items"]] == ["Task:Http:500"]
+    active = operator_client.get(f"{BASE}/{instance_id}/incidents/active")
+    assert (active.status_code, active.json()["state"]) == (200, "called")
+
+
+def test_no_open_incident_is_a_404_with_its_code(operator_client):
+    publish(calls_workflow([]))
+    created = operator_client.post(f"{BASE}/start?sync=true", {}, format="json").json()
+    response = operator_client.get(f"{BASE}/{created['id']}/incidents/active")
+    assert (response.status_code, response.json()["errorCode"]) == (404, "Instance:100037")
