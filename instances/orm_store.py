@@ -16,7 +16,7 @@ from collections import OrderedDict
 from typing import Any
 
 from django.db import IntegrityError, connection, connections, transaction
-from django.db.models import Q
+from django.db.models import Field, Q
 from django.utils import timezone
 
 from instances.engine.definition import WorkflowDefinition
@@ -39,6 +39,7 @@ from instances.models import (
     Job,
 )
 from instances.status import InstanceStatus, JobStatus
+from locks.models import ResourceLock
 from workflows.documents import ComponentKind, ComponentRef
 from workflows.models import Component
 
@@ -77,6 +78,12 @@ _TRANSITION_UPDATE_FIELDS = [
     "effective_state_subtype",
     "finished_at",
 ]
+
+
+def _column(name: str) -> Field[Any, Any]:
+    field = Instance._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
 
 
 def snapshot_of(row: Instance) -> InstanceSnapshot:
@@ -169,7 +176,12 @@ class OrmStore:
             "state_step": 1 if writes.bump_state_version else 0,
         }
         sets = [f"{name} = %(f_{name})s" for name in writes.instance_fields]
-        params.update({f"f_{name}": value for name, value in writes.instance_fields.items()})
+        params.update(
+            {
+                f"f_{name}": _column(name).get_db_prep_save(value, connection)
+                for name, value in writes.instance_fields.items()
+            }
+        )
         if writes.data_patch:
             merged = "vnext_jsonb_merge(data, %(patch)s::jsonb)"
             changed = f"({merged} IS DISTINCT FROM data)"
@@ -305,6 +317,8 @@ class OrmStore:
             if not writes.cancel_all_timers:
                 timers = timers.filter(state__in=writes.cancel_timers_of)
             timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+        if writes.release_locks:
+            ResourceLock.objects.filter(owner=instance_id).delete()
         if writes.jobs:
             Job.objects.bulk_create(
                 Job(instance_id=instance_id, **vars(job)) for job in writes.jobs

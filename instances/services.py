@@ -26,6 +26,7 @@ from instances.orm_store import (
     snapshot_of,
 )
 from instances.status import InstanceStatus, TriggerType
+from locks.store import OrmLocks
 from vnext.conf import vnext_setting
 
 
@@ -33,7 +34,13 @@ from vnext.conf import vnext_setting
 def engine() -> Engine:
     """The process-wide engine on the ORM (components cached in-process)."""
     config = EngineConfig(script_timeout_seconds=float(vnext_setting("SCRIPT_TIMEOUT_SECONDS")))
-    return Engine(OrmStore(), RegistryComponents(), reader=OrmInstanceReader(), config=config)
+    return Engine(
+        OrmStore(),
+        RegistryComponents(),
+        reader=OrmInstanceReader(),
+        locks=OrmLocks(),
+        config=config,
+    )
 
 
 @dataclass(frozen=True)

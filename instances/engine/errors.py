@@ -54,6 +54,9 @@ class Codes:
     TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 502, "Task type is not supported here")
     SCRIPT_FAILED = ErrorCode("Script:100001", 422, "Script failed")
     RESOURCE_LOCK_CONFLICT = ErrorCode("ResourceLockConflict", 409, "Resource is locked")
+    RESOURCE_LOCK_KEY_INVALID = ErrorCode(
+        "ResourceLock:InvalidKey", 422, "The lock key script did not return a usable key"
+    )
     FAN_OUT_ITEM_TIMEOUT = ErrorCode("FanOut:ItemTimeout", 500, "Fan-out item timed out")
     FAN_OUT_BATCH_TIMEOUT = ErrorCode("FanOut:BatchTimeout", 500, "Fan-out batch timed out")
     FAN_OUT_ITEM_CANCELLED = ErrorCode("FanOut:ItemCancelled", 500, "Fan-out item cancelled")

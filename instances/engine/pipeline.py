@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, VNextError, all_codes
-from instances.engine.ports import Components, InstanceReader, Store, utc_now
+from instances.engine.ports import Components, InstanceReader, Locks, Store, utc_now
 from instances.engine.profiles import Order, Profile, Trigger, resolve_profile
 from instances.engine.records import (
     Guard,
@@ -92,11 +92,13 @@ class Engine:
         components: Components,
         *,
         reader: InstanceReader | None = None,
+        locks: Locks | None = None,
         config: EngineConfig | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.store = store
         self.components = components
+        self.locks = locks
         self.config = config or EngineConfig()
         self.clock = clock
         self.scripts = ScriptRunner(components, self.config.script_timeout_seconds)
@@ -318,6 +320,7 @@ class Execution:
         )
         if not self.lock_free:
             self.writes.set(status=InstanceStatus.FAULTED, busy_owner="", busy_since=None)
+            self.writes.release_locks = True
         try:
             self.flush()
         except Rejected:

@@ -11,7 +11,8 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any, Protocol
 
 from instances.engine.definition import WorkflowDefinition
@@ -29,6 +30,30 @@ from instances.engine.records import (
     new_etag,
 )
 from instances.status import InstanceStatus
+
+
+class LockRelease(Enum):
+    """What releasing a resource lock found."""
+
+    RELEASED = "released"  # the owner's lock is gone
+    MISSING = "missing"  # nothing (or only an expired row) to release: success all the same
+    HELD_BY_OTHER = "held_by_other"  # someone else holds it: a logged anomaly, never a fault
+
+
+class Locks(Protocol):
+    """Business resource locks (seed 003): TTL rows owned by an instance."""
+
+    def acquire(self, key: str, owner: uuid.UUID, transition: str, ttl_seconds: int) -> bool:
+        """Take `key` for `owner` (re-entrant, or over an expired holder); False on conflict."""
+        ...
+
+    def release(self, key: str, owner: uuid.UUID) -> LockRelease:
+        """Release `owner`'s lock on `key`; idempotent."""
+        ...
+
+    def extend(self, key: str, owner: uuid.UUID, ttl_seconds: int) -> bool:
+        """Extend `owner`'s unexpired lock; False (nothing changed) when it is not held."""
+        ...
 
 
 class BusinessKeyTaken(Exception):
@@ -91,6 +116,48 @@ def utc_now() -> datetime:
 
 
 @dataclass
+class InMemoryLocks:
+    """`Locks` in a dict, for engine tests."""
+
+    held: dict[str, tuple[uuid.UUID, datetime]] = field(default_factory=dict)
+    clock: Callable[[], datetime] = utc_now
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def acquire(self, key: str, owner: uuid.UUID, transition: str, ttl_seconds: int) -> bool:
+        with self._lock:
+            now = self.clock()
+            current = self.held.get(key)
+            if current and current[0] != owner and current[1] > now:
+                return False
+            self.held[key] = (owner, now + timedelta(seconds=ttl_seconds))
+            return True
+
+    def release(self, key: str, owner: uuid.UUID) -> LockRelease:
+        with self._lock:
+            current = self.held.get(key)
+            if current and current[0] == owner:
+                del self.held[key]
+                return LockRelease.RELEASED
+            if current and current[1] > self.clock():
+                return LockRelease.HELD_BY_OTHER
+            return LockRelease.MISSING
+
+    def extend(self, key: str, owner: uuid.UUID, ttl_seconds: int) -> bool:
+        with self._lock:
+            current = self.held.get(key)
+            now = self.clock()
+            if not current or current[0] != owner or current[1] <= now:
+                return False
+            self.held[key] = (owner, now + timedelta(seconds=ttl_seconds))
+            return True
+
+    def release_all(self, owner: uuid.UUID) -> None:
+        with self._lock:
+            for key in [k for k, (o, _) in self.held.items() if o == owner]:
+                del self.held[key]
+
+
+@dataclass
 class InMemoryStore:
     """A `Store` in a dict, with the same compare-and-set semantics as the ORM store."""
 
@@ -101,6 +168,7 @@ class InMemoryStore:
     jobs: list[dict[str, Any]] = field(default_factory=list)
     data_versions: list[tuple[uuid.UUID, str, dict[str, Any]]] = field(default_factory=list)
     flushes: int = 0
+    locks: InMemoryLocks | None = None
     clock: Callable[[], datetime] = utc_now
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -147,6 +215,8 @@ class InMemoryStore:
             self.tasks.extend(writes.tasks)
             self.incidents.extend(writes.incidents)
             self._write_jobs(row, writes)
+            if writes.release_locks and self.locks is not None:
+                self.locks.release_all(row.id)
             return copy.deepcopy(row)
 
     def _guarded_row(self, snapshot: InstanceSnapshot, guard: Guard) -> InstanceSnapshot | None:

@@ -177,6 +177,8 @@ class PendingWrites:
     jobs: list[JobRow] = field(default_factory=list)
     cancel_timers_of: set[str] = field(default_factory=set)
     cancel_all_timers: bool = False
+    # Terminal status reached: every resource lock the instance holds goes with this flush.
+    release_locks: bool = False
 
     def set(self, **fields: Any) -> None:
         """Stage instance column values."""
@@ -202,4 +204,5 @@ class PendingWrites:
             or self.jobs
             or self.cancel_timers_of
             or self.cancel_all_timers
+            or self.release_locks
         )

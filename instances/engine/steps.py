@@ -6,6 +6,7 @@ timeout trigger) keep their order and profile membership and do the minimal corr
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -13,7 +14,8 @@ from django.utils.dateparse import parse_datetime, parse_duration
 
 from instances.engine.definition import TransitionKind
 from instances.engine.errors import Codes, ErrorCode, VNextError
-from instances.engine.profiles import Order, Outcome
+from instances.engine.ports import LockRelease
+from instances.engine.profiles import Order, Outcome, Trigger
 from instances.engine.records import JobRow, TransitionRow, deep_merge
 from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptResponse
@@ -28,6 +30,8 @@ from instances.status import (
 
 if TYPE_CHECKING:
     from instances.engine.pipeline import Execution, Hop
+
+logger = logging.getLogger("vnext.pipeline")
 
 SUBFLOW_NOT_AVAILABLE = ErrorCode("SubFlow:NotAvailable", 422, "Subflows are not available")
 RESOURCE_LOCK_NOT_AVAILABLE = ErrorCode(
@@ -190,18 +194,69 @@ class ParentUpdateDataDataOnlyStep(Step):
 
 
 class ResourceLockStep(Step):
-    """25: business resource locks; a transition that asks for one fails clearly until the
-    resource-lock feature is installed."""
+    """25: Acquire, Release or Extend the business lock the transition names (seed 003).
+
+    Manual requests only: in other profiles the step is present but does nothing. The owner is
+    the instance; an acquired key is recorded in `resource.locks` and released with every other
+    lock of the instance when it reaches a terminal status.
+    """
 
     order = Order.RESOURCE_LOCK
+    DEFAULT_TTL_SECONDS = 300
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        if hop.transition.raw.get("resourceLock"):
+        config = hop.transition.raw.get("resourceLock")
+        if not isinstance(config, dict) or hop.request.trigger != Trigger.MANUAL:
+            return Outcome.proceed()
+        locks = execution.engine.locks
+        if locks is None:
             raise VNextError(
-                RESOURCE_LOCK_NOT_AVAILABLE,
-                f"transition {hop.transition.key} uses resourceLock, not available in this build",
+                RESOURCE_LOCK_NOT_AVAILABLE, "resource locks are not configured in this engine"
             )
+        key = self._key(execution, hop, config)
+        owner = execution.instance.id
+        ttl = int(config.get("ttlSeconds") or self.DEFAULT_TTL_SECONDS)
+        action = str(config.get("action"))
+        held = list(execution.instance.extra.get("resource.locks", []))
+        if action == "Acquire":
+            if not locks.acquire(key, owner, hop.transition.key, ttl):
+                raise VNextError(
+                    Codes.RESOURCE_LOCK_CONFLICT,
+                    f"resource {key!r} is locked by another instance",
+                    instance_id=str(owner),
+                )
+            if key not in held:
+                held.append(key)
+        elif action == "Release":
+            if locks.release(key, owner) is LockRelease.HELD_BY_OTHER:
+                logger.warning("lock %s is held by another instance, not %s", key, owner)
+            held = [k for k in held if k != key]
+        elif action == "Extend" and not locks.extend(key, owner, ttl):
+            raise VNextError(
+                Codes.RESOURCE_LOCK_CONFLICT,
+                f"resource lock {key!r} is not held by this instance (expired or taken over)",
+                instance_id=str(owner),
+            )
+        execution.instance.extra = {**execution.instance.extra, "resource.locks": held}
+        execution.writes.set(extra=execution.instance.extra)
         return Outcome.proceed()
+
+    def _key(self, execution: Execution, hop: Hop, config: dict[str, Any]) -> str:
+        expression = config.get("keyExpression")
+        if not isinstance(expression, dict):
+            raise VNextError(Codes.RESOURCE_LOCK_KEY_INVALID, "resourceLock has no keyExpression")
+        value = response_data(
+            execution.engine.scripts.call(
+                expression, execution.definition, "handler", _context(execution, hop)
+            )
+        )
+        if not isinstance(value, str) or not value.strip():
+            raise VNextError(
+                Codes.RESOURCE_LOCK_KEY_INVALID,
+                f"the lock key script {expression.get('location', '')} returned "
+                f"{type(value).__name__} {value!r}; it must return a non-empty string",
+            )
+        return value
 
 
 class OnExecuteStep(Step):
@@ -441,6 +496,7 @@ class FinishStep(Step):
             completed_at=instance.completed_at,
         )
         execution.writes.cancel_all_timers = True
+        execution.writes.release_locks = True
         hop.completed = True
         return Outcome.proceed()
 
