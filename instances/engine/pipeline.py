@@ -73,6 +73,12 @@ class TransitionRequest:
     query: dict[str, Any] = field(default_factory=dict)
     actor: str = ""
     stage: str = ""
+    # A job's run records its hops under ids derived from this seed, so a re-run after a crash
+    # updates the same history rows instead of adding new ones.
+    row_seed: uuid.UUID | None = None
+    # Resume a hop whose ChangeState was committed by an earlier, interrupted run.
+    resume_at: Order | None = None
+    resume_from_state: str | None = None
 
 
 @dataclass
@@ -114,10 +120,14 @@ class Engine:
         request: TransitionRequest,
         *,
         is_new: bool = False,
+        owner: str | None = None,
+        reserved: bool = False,
     ) -> Execution:
         """Run `request` on `instance` (a new one when `is_new`) and the automatic chain after
-        it. Raises `Rejected` (nothing written) or `PipelineFault` (instance Faulted)."""
-        execution = Execution(self, definition, instance, is_new=is_new)
+        it. `reserved`: the instance is already Busy with `owner` (an accepted async request).
+        Raises `Rejected` (nothing written) or `PipelineFault` (instance Faulted)."""
+        execution = Execution(self, definition, instance, is_new=is_new, owner=owner)
+        execution.holds_busy = reserved
         execution.run(request)
         return execution
 
@@ -152,12 +162,13 @@ class Execution:
         instance: InstanceSnapshot,
         *,
         is_new: bool,
+        owner: str | None = None,
     ) -> None:
         self.engine = engine
         self.definition = definition
         self.instance = instance
         self.is_new = is_new
-        self.owner = uuid.uuid4().hex
+        self.owner = owner or uuid.uuid4().hex
         self.holds_busy = False
         self.lock_free = False
         self.loaded_state_version = instance.state_version
@@ -172,6 +183,10 @@ class Execution:
         """Run `request`, then every automatic transition the Auto step picks, inline."""
         self.lock_free = request.transition.is_update_data
         hop = self._hop(request, depth=0)
+        if request.resume_at is not None:
+            hop.source_state = request.resume_from_state
+            hop.target_state = self.instance.current_state
+            self._transition_row(hop)
         while True:
             self._run_hop(hop)
             if hop.next_transition is None:
@@ -183,6 +198,7 @@ class Execution:
                 headers=request.headers,
                 query=request.query,
             )
+            chained.row_seed = request.row_seed
             hop = self._hop(chained, depth=hop.depth + 1)
             limit = self.engine.config.max_chain_depth
             if hop.depth > limit:
@@ -206,7 +222,8 @@ class Execution:
 
     def _run_hop(self, hop: Hop) -> None:
         steps = [step for step in self.engine.steps if hop.profile.runs(step.order)]
-        index = 0
+        resume_at = hop.request.resume_at if hop.depth == 0 else None
+        index = next((i for i, s in enumerate(steps) if s.order >= resume_at), 0) if resume_at else 0
         while index < len(steps):
             step = steps[index]
             hop.executed.append(step.order)
@@ -335,13 +352,16 @@ class Execution:
         raise PipelineFault(code, message, http_status, self.instance.id)
 
     def _transition_row(self, hop: Hop) -> TransitionRow:
+        if hop.row is not None:
+            return hop.row
+        seed = hop.request.row_seed
         hop.row = TransitionRow(
-            id=uuid.uuid4(),
+            id=uuid.uuid5(seed, str(hop.depth)) if seed else uuid.uuid4(),
             transition_key=hop.transition.key,
             from_state=hop.source_state or "",
             to_state=hop.target_state,
             trigger_type=int(hop.request.trigger),
-            body=hop.request.body if hop.depth == 0 else None,
+            body=hop.request.body if hop.depth == 0 and hop.request.body is not None else {},
             actor=hop.request.actor,
             status=TransitionStatus.RUNNING,
             started_at=self.engine.clock(),

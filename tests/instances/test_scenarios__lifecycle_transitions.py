@@ -1,0 +1,449 @@
+"""SCENARIOS.md section 12, lifecycle-transitions-test-workflow, driven through the HTTP API:
+a transition mapping, onEntry/onExit mappings, complementary auto rules with a default auto
+transition, an absolute-time timer (armed, cancelled by a manual transition, re-armed by a `$self`
+transition), and the workflow's cancel and exit transitions.
+
+Timers are armed and cancelled in this build but never fire (no job runner yet): the pass path is
+followed up to the armed timer, and the timer's effects are checked through `Job` rows and the
+state function. Roles and query roles (item 9, and the roles on `move-to-processing` and
+`complete-workflow`) are not enforced yet and are not tested here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from instances.models import Instance, InstanceTask, Job
+from instances.status import JobStatus
+from tests.conftest import EXAMPLES_DIR
+
+pytestmark = pytest.mark.django_db
+
+BASE = "/api/v1/core/workflows/lifecycle-transitions-test-workflow/instances"
+TIMER = "scheduled-timer-transition"
+
+
+@pytest.fixture(autouse=True)
+def examples(db: None) -> None:
+    call_command("import_components", str(EXAMPLES_DIR), "--no-progress")
+
+
+def start(client: APIClient, body: Any) -> Any:
+    return client.post(f"{BASE}/start?sync=true", body, format="json")
+
+
+def started(client: APIClient, attributes: dict[str, Any], **envelope: Any) -> str:
+    response = start(client, {**envelope, "attributes": attributes})
+    assert response.status_code == 200, response.json()
+    return str(response.json()["id"])
+
+
+def fire(client: APIClient, ref: str, transition: str, body: Any = None) -> Any:
+    url = f"{BASE}/{ref}/transitions/{transition}?sync=true"
+    return client.patch(url, {} if body is None else body, format="json")
+
+
+def fired(client: APIClient, ref: str, transition: str, body: Any = None) -> dict[str, Any]:
+    response = fire(client, ref, transition, body)
+    assert response.status_code == 200, response.json()
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def detail(client: APIClient, ref: str) -> dict[str, Any]:
+    response = client.get(f"{BASE}/{ref}")
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def state_function(client: APIClient, ref: str) -> dict[str, Any]:
+    response = client.get(f"{BASE}/{ref}/functions/state")
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def history(client: APIClient, ref: str) -> list[tuple[str, str, str, str]]:
+    items = client.get(f"{BASE}/{ref}/transitions").json()["items"]
+    return [(r["transitionKey"], r["fromState"], r["toState"], r["status"]) for r in items]
+
+
+def timers(instance_id: str) -> list[Job]:
+    return list(Job.objects.filter(instance_id=instance_id, kind="timer").order_by("pk"))
+
+
+def scheduled(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in state["transitions"] if t.get("kind") == "scheduled"]
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@pytest.fixture
+def passed(operator_client) -> str:
+    """An instance on the pass path, parked in `auto-passed-state` with its timer armed."""
+    instance_id = started(operator_client, {"testPath": "pass", "testId": "t-pass"})
+    fired(operator_client, instance_id, "move-to-processing")
+    return instance_id
+
+
+# --- 1. pass path, up to the armed timer ----------------------------------------------------------
+
+
+def test_start_runs_the_initialize_mapping(operator_client):
+    instance_id = started(operator_client, {"testPath": "pass"})
+
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "initialize-state"
+    assert instance["metadata"]["status"] == "A"
+    data = instance["attributes"]
+    assert data["testPath"] == "pass"
+    assert data["initialized"] is True
+    assert data["stepLog"] == ["initialize-state:onEntry"]
+    assert at(data["initializedAt"]).tzinfo is not None
+    assert timers(instance_id) == []
+
+
+def test_start_without_test_path_defaults_to_pass(operator_client):
+    instance_id = started(operator_client, {})
+
+    assert detail(operator_client, instance_id)["attributes"]["testPath"] == "pass"
+
+
+def test_pass_path_runs_mapping_entry_rules_exit_then_arms_the_timer(operator_client):
+    instance_id = started(operator_client, {"testPath": "pass"})
+    before = timezone.now()
+
+    answer = fired(
+        operator_client, instance_id, "move-to-processing", {"attributes": {"injected": "x"}}
+    )
+
+    after = timezone.now()
+    assert answer["status"] == "A"
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "auto-passed-state"
+    assert instance["metadata"]["effectiveStateType"] == "intermediate"
+    data = instance["attributes"]
+    assert data["testPath"] == "pass"
+    assert data["initialized"] is True
+    assert data["stepLog"] == ["initialize-state:onEntry"]
+    assert data["transitionMappingExecuted"] is True
+    assert data["processEntryExecuted"] is True
+    assert data["processExitExecuted"] is True
+    # The transition mapping's result is written instead of the request body.
+    assert "injected" not in data
+    # Transition mapping, then onEntry, then (after the rules chose) onExit.
+    assert at(data["transitionMappingAt"]) <= at(data["processedAt"]) <= at(data["exitedAt"])
+    assert history(operator_client, instance_id) == [
+        ("start-lifecycle-test", "", "initialize-state", "completed"),
+        ("move-to-processing", "initialize-state", "processing-state", "completed"),
+        ("auto-pass-transition", "processing-state", "auto-passed-state", "completed"),
+    ]
+    phases = InstanceTask.objects.filter(instance_id=instance_id).order_by("pk")
+    assert [(t.task_key, t.phase, t.status) for t in phases] == [
+        ("script-task", "onExecute", "succeeded"),
+        ("script-task", "onEntry", "succeeded"),
+        ("script-task", "onExit", "succeeded"),
+    ]
+    (job,) = timers(instance_id)
+    assert job.status == JobStatus.PENDING
+    assert job.state == "auto-passed-state"
+    assert job.payload["transition"] == TIMER
+    assert before + timedelta(seconds=9) <= job.run_at <= after + timedelta(seconds=11)
+
+
+def test_state_function_lists_the_armed_timer(operator_client, passed):
+    state = state_function(operator_client, passed)
+
+    assert state["state"] == "auto-passed-state"
+    assert state["status"] == "A"
+    (job,) = timers(passed)
+    (entry,) = scheduled(state)
+    assert entry["name"] == TIMER
+    assert entry["href"].endswith(f"/{passed}/transitions/{TIMER}")
+    assert at(entry["executeAtUtc"]) == job.run_at
+    manual = [t["name"] for t in state["transitions"] if t.get("kind") != "scheduled"]
+    assert manual == ["cancel-schedule-manually", "reschedule-timer", "cancel-workflow"]
+    assert next(t for t in state["transitions"] if t["name"] == "cancel-workflow")["kind"] == (
+        "cancel"
+    )
+
+
+def test_a_scheduled_transition_cannot_be_fired_by_a_client(operator_client, passed):
+    response = fire(operator_client, passed, TIMER)
+
+    assert response.status_code == 400
+    assert response.json()["errorCode"] == "Transition:100020"
+    assert detail(operator_client, passed)["metadata"]["currentState"] == "auto-passed-state"
+    assert [job.status for job in timers(passed)] == [JobStatus.PENDING]
+
+
+def test_transition_errors_in_initialize_state(operator_client):
+    instance_id = started(operator_client, {"testPath": "pass"})
+
+    not_here = fire(operator_client, instance_id, "complete-workflow")
+    unknown = fire(operator_client, instance_id, "no-such-transition")
+
+    assert not_here.status_code == 400
+    assert not_here.json()["errorCode"] == "Transition:100020"
+    assert unknown.status_code == 404
+    assert unknown.json()["errorCode"] == "Transition:100004"
+    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "initialize-state"
+    assert history(operator_client, instance_id) == [
+        ("start-lifecycle-test", "", "initialize-state", "completed"),
+    ]
+
+
+# --- 2. fail path ---------------------------------------------------------------------------------
+
+
+def test_fail_path_ends_in_auto_failed_state(operator_client):
+    instance_id = started(operator_client, {"testPath": "fail"})
+
+    answer = fired(operator_client, instance_id, "move-to-processing")
+
+    assert answer["status"] == "C"
+    metadata = detail(operator_client, instance_id)["metadata"]
+    assert metadata["currentState"] == "auto-failed-state"
+    assert metadata["status"] == "C"
+    assert metadata["effectiveStateType"] == "final"
+    assert metadata["effectiveStateSubType"] == "error"
+    assert metadata["completedAt"] is not None
+    assert history(operator_client, instance_id)[-1] == (
+        "auto-fail-transition",
+        "processing-state",
+        "auto-failed-state",
+        "completed",
+    )
+    assert detail(operator_client, instance_id)["attributes"]["processExitExecuted"] is True
+    assert timers(instance_id) == []
+
+
+# --- 3. default auto transition -------------------------------------------------------------------
+
+
+def test_default_auto_transition_when_no_rule_matches(operator_client):
+    instance_id = started(operator_client, {"testPath": "unknown"})
+
+    answer = fired(operator_client, instance_id, "move-to-processing")
+
+    assert answer["status"] == "C"
+    metadata = detail(operator_client, instance_id)["metadata"]
+    assert metadata["currentState"] == "completed-state"
+    assert metadata["effectiveStateSubType"] == "success"
+    assert history(operator_client, instance_id)[1:] == [
+        ("move-to-processing", "initialize-state", "processing-state", "completed"),
+        ("default-auto-transition", "processing-state", "default-fallback-state", "completed"),
+        ("fallback-to-complete", "default-fallback-state", "completed-state", "completed"),
+    ]
+    assert timers(instance_id) == []
+
+
+# --- 4. idempotent start --------------------------------------------------------------------------
+
+
+def test_idempotent_start_by_key(operator_client):
+    first = start(operator_client, {"key": "lt-key-1", "attributes": {"testPath": "pass"}})
+    second = start(operator_client, {"key": "lt-key-1", "attributes": {"testPath": "fail"}})
+
+    assert first.status_code == second.status_code == 200
+    assert first.json()["id"] == second.json()["id"]
+    assert Instance.objects.filter(workflow_key="lifecycle-transitions-test-workflow").count() == 1
+    assert detail(operator_client, "lt-key-1")["attributes"]["testPath"] == "pass"
+
+
+# --- 5. cancel from any state ---------------------------------------------------------------------
+
+
+def _to_initialize(client: APIClient) -> str:
+    return started(client, {"testPath": "pass"})
+
+
+def _to_auto_passed(client: APIClient) -> str:
+    instance_id = _to_initialize(client)
+    fired(client, instance_id, "move-to-processing")
+    return instance_id
+
+
+def _to_pre_complete(client: APIClient) -> str:
+    instance_id = _to_auto_passed(client)
+    fired(client, instance_id, "cancel-schedule-manually")
+    return instance_id
+
+
+@pytest.mark.parametrize(
+    "reach",
+    [
+        pytest.param(_to_initialize, id="initialize-state"),
+        pytest.param(_to_auto_passed, id="auto-passed-state"),
+        pytest.param(_to_pre_complete, id="pre-complete-state"),
+    ],
+)
+def test_cancel_workflow_from_any_live_state(operator_client, reach):
+    instance_id = reach(operator_client)
+    source = detail(operator_client, instance_id)["metadata"]["currentState"]
+
+    answer = fired(operator_client, instance_id, "cancel-workflow")
+
+    assert answer["status"] == "C"
+    metadata = detail(operator_client, instance_id)["metadata"]
+    assert metadata["currentState"] == "terminated-state"
+    assert metadata["status"] == "C"
+    assert metadata["effectiveStateType"] == "final"
+    # DESIGN section 5: a cancelled instance reports the `cancelled` sub-type.
+    assert metadata["effectiveStateSubType"] == "cancelled"
+    assert metadata["completedAt"] is not None
+    assert history(operator_client, instance_id)[-1] == (
+        "cancel-workflow",
+        source,
+        "terminated-state",
+        "completed",
+    )
+    assert all(job.status == JobStatus.CANCELLED for job in timers(instance_id))
+    assert scheduled(state_function(operator_client, instance_id)) == []
+    assert fire(operator_client, instance_id, "cancel-workflow").json()["errorCode"] == (
+        "Instance:100018"
+    )
+
+
+def test_cancel_cancels_the_pending_timer(operator_client, passed):
+    assert [job.status for job in timers(passed)] == [JobStatus.PENDING]
+
+    fired(operator_client, passed, "cancel-workflow")
+
+    assert [job.status for job in timers(passed)] == [JobStatus.CANCELLED]
+
+
+# --- 6. exit --------------------------------------------------------------------------------------
+
+
+def test_exit_from_initialize_state_runs_the_exit_mapping(operator_client):
+    instance_id = started(operator_client, {"testPath": "pass", "testId": "t-exit"})
+
+    answer = fired(operator_client, instance_id, "exit-workflow")
+
+    assert answer["status"] == "C"
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "terminated-state"
+    assert instance["metadata"]["status"] == "C"
+    assert instance["metadata"]["effectiveStateSubType"] == "terminated"
+    data = instance["attributes"]
+    assert data["exitExecuted"] is True
+    assert at(data["exitAt"]).tzinfo is not None
+    assert data["testId"] == "t-exit"
+    assert history(operator_client, instance_id)[-1] == (
+        "exit-workflow",
+        "initialize-state",
+        "terminated-state",
+        "completed",
+    )
+
+
+def test_exit_is_offered_in_initialize_state(operator_client):
+    instance_id = started(operator_client, {"testPath": "pass"})
+
+    transitions = state_function(operator_client, instance_id)["transitions"]
+
+    assert [(t["name"], t.get("kind")) for t in transitions] == [
+        ("move-to-processing", None),
+        ("cancel-workflow", "cancel"),
+        ("exit-workflow", "exit"),
+    ]
+
+
+def test_exit_is_refused_outside_its_available_states(operator_client, passed):
+    offered = [t["name"] for t in state_function(operator_client, passed)["transitions"]]
+
+    refused = fire(operator_client, passed, "exit-workflow")
+
+    assert "exit-workflow" not in offered
+    assert refused.status_code == 400
+    assert refused.json()["errorCode"] == "Transition:100020"
+    assert detail(operator_client, passed)["metadata"]["currentState"] == "auto-passed-state"
+
+
+def test_exit_from_pre_complete_state(operator_client):
+    instance_id = _to_pre_complete(operator_client)
+
+    fired(operator_client, instance_id, "exit-workflow")
+
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "terminated-state"
+    assert instance["attributes"]["exitExecuted"] is True
+
+
+# --- 7. cancel the timer manually -----------------------------------------------------------------
+
+
+def test_cancel_schedule_manually_cancels_the_timer_then_complete(operator_client, passed):
+    answer = fired(operator_client, passed, "cancel-schedule-manually")
+
+    assert answer["status"] == "A"
+    state = state_function(operator_client, passed)
+    assert state["state"] == "pre-complete-state"
+    assert scheduled(state) == []
+    assert [t["name"] for t in state["transitions"]] == [
+        "complete-workflow",
+        "cancel-workflow",
+        "exit-workflow",
+    ]
+    assert [(job.status, job.state) for job in timers(passed)] == [
+        (JobStatus.CANCELLED, "auto-passed-state")
+    ]
+
+    completed = fired(operator_client, passed, "complete-workflow")
+
+    assert completed["status"] == "C"
+    metadata = detail(operator_client, passed)["metadata"]
+    assert metadata["currentState"] == "completed-state"
+    assert metadata["effectiveStateSubType"] == "success"
+    assert [job.status for job in timers(passed)] == [JobStatus.CANCELLED]
+
+
+# --- 8. re-arm the timer with a $self transition --------------------------------------------------
+
+
+def test_reschedule_timer_rearms_from_now(operator_client, passed):
+    (old,) = timers(passed)
+    before = timezone.now()
+
+    answer = fired(operator_client, passed, "reschedule-timer")
+
+    after = timezone.now()
+    assert answer["status"] == "A"
+    old.refresh_from_db()
+    assert old.status == JobStatus.CANCELLED
+    pending = Job.objects.filter(instance_id=passed, kind="timer", status=JobStatus.PENDING)
+    (new,) = pending
+    assert new.pk != old.pk
+    assert new.state == "auto-passed-state"
+    assert new.payload["transition"] == TIMER
+    assert before + timedelta(seconds=9) <= new.run_at <= after + timedelta(seconds=11)
+    assert new.run_at >= old.run_at
+    state = state_function(operator_client, passed)
+    assert state["state"] == "auto-passed-state"
+    (entry,) = scheduled(state)
+    assert at(entry["executeAtUtc"]) == new.run_at
+    assert history(operator_client, passed)[-1] == (
+        "reschedule-timer",
+        "auto-passed-state",
+        "auto-passed-state",
+        "completed",
+    )
+
+
+def test_reschedule_twice_keeps_exactly_one_pending_timer(operator_client, passed):
+    fired(operator_client, passed, "reschedule-timer")
+    fired(operator_client, passed, "reschedule-timer")
+
+    statuses = [job.status for job in timers(passed)]
+    assert statuses == [JobStatus.CANCELLED, JobStatus.CANCELLED, JobStatus.PENDING]
+    assert len(scheduled(state_function(operator_client, passed))) == 1

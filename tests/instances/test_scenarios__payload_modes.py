@@ -1,0 +1,306 @@
+"""SCENARIOS.md section 4, payload-modes, driven through the HTTP API: the request envelope vs a
+free payload under the start and `submit-payload` schema (`additionalProperties: false`), and the
+schema-less `complete` that never writes envelope fields into the data."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from instances.models import Instance
+from tests.conftest import EXAMPLES_DIR
+
+pytestmark = pytest.mark.django_db
+
+BASE = "/api/v1/core/workflows/payload-modes/instances"
+VALID = {"session": "s-1", "customer": {"ownerUserId": "user-1"}}
+
+
+@pytest.fixture(autouse=True)
+def examples(db: None) -> None:
+    call_command("import_components", str(EXAMPLES_DIR), "--no-progress")
+
+
+def start(client: APIClient, body: Any, **headers: str) -> Any:
+    return client.post(f"{BASE}/start?sync=true", body, format="json", headers=headers)
+
+
+def fire(client: APIClient, ref: str, transition: str, body: Any = None, **headers: str) -> Any:
+    url = f"{BASE}/{ref}/transitions/{transition}?sync=true"
+    return client.patch(url, {} if body is None else body, format="json", headers=headers)
+
+
+def started(client: APIClient, body: Any = None) -> str:
+    response = start(client, {"attributes": VALID} if body is None else body)
+    assert response.status_code == 200, response.json()
+    return str(response.json()["id"])
+
+
+def detail(client: APIClient, ref: str) -> dict[str, Any]:
+    response = client.get(f"{BASE}/{ref}")
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def pointers(response: Any) -> dict[str, str]:
+    """The field-level errors of a 400 `App:900002` body, by pointer."""
+    assert response.status_code == 400, response.json()
+    body = response.json()
+    assert body["errorCode"] == "App:900002"
+    assert body["status"] == 400
+    return {error["pointer"]: error["message"] for error in body["errors"]}
+
+
+# --- 1. equivalent start bodies -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"key": str(uuid.uuid4()), "attributes": VALID}, id="envelope-with-key"),
+        pytest.param({"attributes": VALID}, id="envelope"),
+        pytest.param({"Attributes": VALID}, id="envelope-pascal-case"),
+        pytest.param(VALID, id="free-payload"),
+    ],
+)
+def test_envelope_and_free_payload_starts_store_the_same_data(operator_client, body):
+    response = start(operator_client, body)
+
+    assert response.status_code == 200, response.json()
+    answer = response.json()
+    assert answer["status"] == "A"
+    assert answer["attributes"] == VALID
+    assert answer["key"] == body.get("key")
+    assert response["ETag"] == f'"{answer["eTag"]}"'
+    instance = detail(operator_client, answer["id"])
+    assert instance["metadata"]["currentState"] == "collect-payload"
+    assert instance["attributes"] == VALID
+    data = operator_client.get(f"{BASE}/{answer['id']}/functions/data").json()
+    assert data["data"] == VALID
+
+
+def test_envelope_key_and_tags_go_to_the_instance_not_the_data(operator_client):
+    key = f"pm-{uuid.uuid4()}"
+    instance_id = started(operator_client, {"key": key, "tags": ["a", "b"], "attributes": VALID})
+
+    instance = detail(operator_client, key)
+    assert instance["id"] == instance_id
+    assert instance["key"] == key
+    assert instance["tags"] == ["a", "b"]
+    assert instance["attributes"] == VALID
+
+
+# --- 2. an envelope without attributes is still an envelope ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"key": "k1"}, id="key"),
+        pytest.param({"key": "k1", "tags": ["t1", "t2"]}, id="key-and-tags"),
+        pytest.param({"tags": ["t1"], "stage": "intake"}, id="tags-and-stage"),
+    ],
+)
+def test_envelope_without_attributes_reports_only_missing_business_fields(operator_client, body):
+    errors = pointers(start(operator_client, body))
+
+    assert errors == {"/attributes/session": "is required", "/attributes/customer": "is required"}
+    assert not any(field in pointer for pointer in errors for field in ("key", "tags", "stage"))
+    assert not Instance.objects.exists()
+
+
+# --- 3. field-level validation errors -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        pytest.param({"session": "s-1"}, {"/attributes/customer"}, id="missing-customer"),
+        pytest.param(
+            {"session": "s-1", "customer": {}},
+            {"/attributes/customer/ownerUserId"},
+            id="missing-owner",
+        ),
+        pytest.param({**VALID, "rogue": 1}, {"/attributes/rogue"}, id="extra-property"),
+        pytest.param(
+            {"session": "s-1", "customer": {"ownerUserId": "u", "rogue": True}},
+            {"/attributes/customer/rogue"},
+            id="nested-extra-property",
+        ),
+        pytest.param({**VALID, "session": 42}, {"/attributes/session"}, id="session-type"),
+        pytest.param(
+            {"session": "s-1", "customer": {"ownerUserId": ""}},
+            {"/attributes/customer/ownerUserId"},
+            id="owner-too-short",
+        ),
+    ],
+)
+def test_start_schema_failures_are_400_with_pointers(operator_client, attributes, expected):
+    errors = pointers(start(operator_client, {"attributes": attributes}))
+
+    assert set(errors) == expected
+    assert all(errors.values())
+    assert not Instance.objects.exists()
+
+
+def test_extra_property_is_reported_at_its_own_pointer_as_not_allowed(operator_client):
+    errors = pointers(start(operator_client, {"attributes": {**VALID, "rogue": "x"}}))
+
+    assert errors == {"/attributes/rogue": "is not allowed"}
+
+
+def test_every_violation_is_reported_at_once(operator_client):
+    body = {"attributes": {"session": 7, "customer": {}, "rogue": "x"}}
+
+    errors = pointers(start(operator_client, body))
+
+    assert set(errors) == {
+        "/attributes/session",
+        "/attributes/customer/ownerUserId",
+        "/attributes/rogue",
+    }
+    assert errors["/attributes/customer/ownerUserId"] == "is required"
+    assert errors["/attributes/rogue"] == "is not allowed"
+
+
+def test_free_payload_errors_point_into_the_body_sent(operator_client):
+    errors = pointers(start(operator_client, {"session": "s-1", "customer": {}}))
+
+    assert errors == {"/customer/ownerUserId": "is required"}
+
+
+def test_raw_payload_mode_validates_the_whole_body_as_business_data(operator_client):
+    response = start(operator_client, {"attributes": VALID}, **{"x-vnext-payload-mode": "raw"})
+
+    errors = pointers(response)
+    assert errors["/attributes"] == "is not allowed"
+    assert {"/session", "/customer"} <= set(errors)
+
+
+# --- 4. submit-payload validates like start; complete writes no envelope fields -------------------
+
+SUBMITTED = {"session": "s-2", "customer": {"ownerUserId": "user-2"}}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"key": "ignored-late-key", "attributes": SUBMITTED}, id="envelope-with-key"),
+        pytest.param({"attributes": SUBMITTED}, id="envelope"),
+        pytest.param({"ATTRIBUTES": SUBMITTED}, id="envelope-upper-case"),
+        pytest.param(SUBMITTED, id="free-payload"),
+    ],
+)
+def test_submit_payload_accepts_every_shape_like_start(operator_client, body):
+    instance_id = started(operator_client)
+
+    response = fire(operator_client, instance_id, "submit-payload", body)
+
+    assert response.status_code == 200, response.json()
+    assert response.json()["attributes"] == SUBMITTED
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "payload-received"
+    assert instance["attributes"] == SUBMITTED
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(
+            {"key": "k1", "tags": ["t"]},
+            {"/attributes/session", "/attributes/customer"},
+            id="envelope-without-attributes",
+        ),
+        pytest.param(
+            {"attributes": {**SUBMITTED, "rogue": 1}}, {"/attributes/rogue"}, id="extra-property"
+        ),
+        pytest.param(
+            {"attributes": {"session": "s", "customer": {}}},
+            {"/attributes/customer/ownerUserId"},
+            id="missing-owner",
+        ),
+        pytest.param({**SUBMITTED, "session": []}, {"/session"}, id="free-payload-type"),
+    ],
+)
+def test_submit_payload_schema_failures_leave_the_instance_where_it_was(
+    operator_client, body, expected
+):
+    instance_id = started(operator_client)
+
+    errors = pointers(fire(operator_client, instance_id, "submit-payload", body))
+
+    assert set(errors) == expected
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "collect-payload"
+    assert instance["metadata"]["status"] == "A"
+    assert instance["attributes"] == VALID
+    history = operator_client.get(f"{BASE}/{instance_id}/transitions").json()["items"]
+    assert [row["transitionKey"] for row in history] == ["start-payload-modes"]
+
+
+@pytest.mark.parametrize(
+    ("body", "written"),
+    [
+        pytest.param({}, {}, id="empty"),
+        pytest.param({"key": "late-key", "tags": ["x"], "stage": "s1"}, {}, id="bare-envelope"),
+        pytest.param(
+            {"key": "late-key", "tags": ["x"], "stage": "s1", "attributes": {"note": "n"}},
+            {"note": "n"},
+            id="full-envelope",
+        ),
+        pytest.param({"note": "n", "extra": {"a": 1}}, {"note": "n", "extra": {"a": 1}}, id="free"),
+    ],
+)
+def test_complete_accepts_every_shape_and_never_writes_envelope_fields(
+    operator_client, body, written
+):
+    instance_id = started(operator_client)
+    assert (
+        fire(operator_client, instance_id, "submit-payload", {"attributes": VALID}).status_code
+        == 200
+    )
+
+    response = fire(operator_client, instance_id, "complete", body)
+
+    assert response.status_code == 200, response.json()
+    data = detail(operator_client, instance_id)["attributes"]
+    assert data == {**VALID, **written}
+    assert not {"key", "tags", "stage", "attributes"} & set(data)
+
+
+# --- 5. happy path --------------------------------------------------------------------------------
+
+
+def test_happy_path_start_submit_complete(operator_client):
+    instance_id = started(operator_client)
+    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "collect-payload"
+
+    submitted = fire(operator_client, instance_id, "submit-payload", {"attributes": SUBMITTED})
+    assert submitted.status_code == 200
+    assert submitted.json()["status"] == "A"
+    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "payload-received"
+
+    completed = fire(operator_client, instance_id, "complete")
+    assert completed.status_code == 200
+    assert completed.json()["status"] == "C"
+
+    metadata = detail(operator_client, instance_id)["metadata"]
+    assert metadata["currentState"] == "done"
+    assert metadata["status"] == "C"
+    assert metadata["effectiveStateType"] == "final"
+    assert metadata["effectiveStateSubType"] == "success"
+    assert metadata["completedAt"] is not None
+    history = operator_client.get(f"{BASE}/{instance_id}/transitions").json()["items"]
+    assert [(r["transitionKey"], r["fromState"], r["toState"], r["status"]) for r in history] == [
+        ("start-payload-modes", "", "collect-payload", "completed"),
+        ("submit-payload", "collect-payload", "payload-received", "completed"),
+        ("complete", "payload-received", "done", "completed"),
+    ]
+    again = fire(operator_client, instance_id, "complete")
+    assert again.status_code == 400
+    assert again.json()["errorCode"] == "Instance:100018"
