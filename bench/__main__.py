@@ -1,4 +1,9 @@
-"""Run every benchmark: `python -m bench [name ...]`."""
+"""Run every benchmark: `python -m bench [name ...]`.
+
+The `transitions` suite needs PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at
+the benchmarks' own database (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides
+it), so `make bench` never writes to the test database. The other suites use no database.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,30 @@ import sys
 
 import django
 
+SUITES = ("scripts", "validation", "transitions")
+DATABASE_SUITES = {"transitions"}
+
 
 def main(argv: list[str]) -> None:
     """Set up Django, then run the named benchmarks (default: all)."""
+    names = argv or list(SUITES)
+    unknown = [name for name in names if name not in SUITES]
+    if unknown:
+        raise SystemExit(f"unknown suite(s) {unknown}; choose from {list(SUITES)}")
+    if DATABASE_SUITES.intersection(names):
+        from bench.database import use_bench_database
+
+        use_bench_database()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vnext.settings")
     django.setup()
-    from bench import bench_scripts, bench_validation
+    from bench import bench_scripts, bench_transitions, bench_validation
 
-    suites = {"scripts": bench_scripts.main, "validation": bench_validation.main}
-    for name in argv or list(suites):
+    suites = {
+        "scripts": bench_scripts.main,
+        "validation": bench_validation.main,
+        "transitions": bench_transitions.main,
+    }
+    for name in names:
         print(f"\n== {name} ==")
         suites[name]()
 

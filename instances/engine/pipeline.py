@@ -223,7 +223,9 @@ class Execution:
     def _run_hop(self, hop: Hop) -> None:
         steps = [step for step in self.engine.steps if hop.profile.runs(step.order)]
         resume_at = hop.request.resume_at if hop.depth == 0 else None
-        index = next((i for i, s in enumerate(steps) if s.order >= resume_at), 0) if resume_at else 0
+        index = 0
+        if resume_at is not None:
+            index = next((i for i, step in enumerate(steps) if step.order >= resume_at), 0)
         while index < len(steps):
             step = steps[index]
             hop.executed.append(step.order)
