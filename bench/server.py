@@ -1,0 +1,110 @@
+"""The real HTTP server for the benchmarks: `manage.py vnext_run` in a subprocess, on loopback.
+
+`BenchServer` picks a free port, starts the server with the bench database and an operator
+account it sets, waits for `GET /health`, and stops it with SIGTERM (then SIGKILL after a grace
+period) in `stop()`, which is safe to call more than once. Its output goes to a temporary log
+file, shown when it fails to come up.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class BenchServer:
+    """One `vnext_run` process serving `database_url` on 127.0.0.1."""
+
+    def __init__(self, database_url: str, *, username: str = "bench-operator") -> None:
+        self.database_url = database_url
+        self.username = username
+        self.password = secrets.token_urlsafe(16)
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            prefix="vnext-bench-server-", suffix=".log", delete=False
+        )
+
+    def start(self, *, timeout: float = 90.0) -> None:
+        """Start the server and wait until `/health` answers 200."""
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "VNEXT_OPERATOR_USERNAME": self.username,
+            "VNEXT_OPERATOR_PASSWORD": self.password,
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "vnext_run", "--port", str(self.port), "--no-examples"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        with httpx.Client(base_url=self.base_url, timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"server exited ({self.process.returncode}):\n{self.log()}")
+                try:
+                    if client.get("/health").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+        raise RuntimeError(f"server not healthy after {timeout:.0f}s:\n{self.log()}")
+
+    def log(self) -> str:
+        """The server's output so far (last 4000 characters)."""
+        self._log.flush()
+        return Path(self._log.name).read_text(errors="replace")[-4000:]
+
+    def stop(self, *, grace: float = 15.0) -> int | None:
+        """SIGTERM, wait up to `grace` seconds, then SIGKILL; the exit status (None: never ran)."""
+        process, self.process = self.process, None
+        code = None
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=grace)
+            code = process.returncode
+        if not self._log.closed:
+            self._log.close()
+            Path(self._log.name).unlink(missing_ok=True)
+        return code
+
+    def __enter__(self) -> BenchServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,131 @@
+"""The bench workflows: a two-state ping-pong, without tasks and with one script task.
+
+Domain `bench`; `ping` (Initial) and `pong` (Intermediate); manual transitions `to-pong`
+(ping -> pong) and `to-ping` (pong -> ping); `versionStrategy` "None" everywhere, no schema, no
+view, no scripts. The `-task` variant runs one script task (type 7, handlers returning `{}`) on
+both transitions, so each of its transitions takes the Busy flag by compare-and-set first.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+DOMAIN = "bench"
+VERSION = "1.0.0"
+NO_TASK = "bench-ping-pong"
+WITH_TASK = "bench-ping-pong-task"
+TASK_KEY = "bench-noop-script"
+
+NOOP_MAPPING = '''"""Bench mapping: does nothing; the task measures the Busy path, not a script."""
+
+
+def input_handler(task, context):
+    return {}
+
+
+def output_handler(context):
+    return {}
+'''
+
+
+def _labels(text: str) -> list[dict[str, str]]:
+    return [{"language": "en-US", "label": text}]
+
+
+def _tasks(with_task: bool) -> list[dict[str, Any]]:
+    if not with_task:
+        return []
+    return [
+        {
+            "order": 1,
+            "task": {"key": TASK_KEY, "domain": DOMAIN, "version": VERSION, "flow": "sys-tasks"},
+            "mapping": {
+                "location": "./src/BenchNoopMapping.py",
+                "code": NOOP_MAPPING,
+                "encoding": "NAT",
+            },
+        }
+    ]
+
+
+def _transition(key: str, target: str, with_task: bool) -> dict[str, Any]:
+    return {
+        "key": key,
+        "target": target,
+        "triggerType": 0,
+        "versionStrategy": "None",
+        "labels": _labels(key),
+        "schema": None,
+        "view": None,
+        "mapping": None,
+        "onExecutionTasks": _tasks(with_task),
+    }
+
+
+def _state(key: str, state_type: int, transitions: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "key": key,
+        "stateType": state_type,
+        "subType": 0,
+        "versionStrategy": "None",
+        "labels": _labels(key),
+        "view": None,
+        "subFlow": None,
+        "onEntries": [],
+        "onExits": [],
+        "transitions": transitions,
+    }
+
+
+def workflow_document(*, with_task: bool) -> dict[str, Any]:
+    """The ping-pong workflow; `with_task` adds the script task to both manual transitions."""
+    key = WITH_TASK if with_task else NO_TASK
+    return {
+        "key": key,
+        "flow": "sys-flows",
+        "flowVersion": "1.0.0",
+        "domain": DOMAIN,
+        "version": VERSION,
+        "tags": ["bench"],
+        "attributes": {
+            "type": "F",
+            "labels": _labels(f"Bench ping-pong{' (script task)' if with_task else ''}"),
+            "functions": [],
+            "features": [],
+            "extensions": [],
+            "sharedTransitions": [],
+            "startTransition": {
+                "key": "start",
+                "target": "ping",
+                "triggerType": 0,
+                "versionStrategy": "None",
+                "labels": _labels("Start"),
+                "onExecutionTasks": [],
+            },
+            "states": [
+                _state("ping", 1, [_transition("to-pong", "pong", with_task)]),
+                _state("pong", 2, [_transition("to-ping", "ping", with_task)]),
+            ],
+        },
+    }
+
+
+TASK_DOCUMENT: dict[str, Any] = {
+    "key": TASK_KEY,
+    "version": VERSION,
+    "domain": DOMAIN,
+    "flow": "sys-tasks",
+    "flowVersion": "1.0.0",
+    "tags": ["bench"],
+    "attributes": {"type": "7", "config": {}},
+}
+
+
+def documents() -> list[dict[str, Any]]:
+    """Everything to publish, in publishing order (the task before the workflow using it)."""
+    return [
+        copy.deepcopy(TASK_DOCUMENT),
+        workflow_document(with_task=False),
+        workflow_document(with_task=True),
+    ]
