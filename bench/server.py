@@ -50,6 +50,7 @@ class BenchServer:
         env = {
             **os.environ,
             "DATABASE_URL": self.database_url,
+            "DATABASE_POOL_MAX_SIZE": "8",
             "VNEXT_OPERATOR_USERNAME": self.username,
             "VNEXT_OPERATOR_PASSWORD": self.password,
             "PYTHONUNBUFFERED": "1",

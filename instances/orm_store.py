@@ -26,6 +26,7 @@ from instances.engine.records import (
     GuardKind,
     InstanceSnapshot,
     PendingWrites,
+    TransitionRow,
     bump_version,
     deep_merge,
     new_etag,
@@ -68,6 +69,10 @@ _INSTANCE_FIELDS = (
     "updated_at",
     "completed_at",
 )
+_VERSION_COLUMNS = ("data_version_major", "data_version_minor", "data_version_patch")
+_SNAPSHOT_COLUMNS = (*_INSTANCE_FIELDS, "data", *_VERSION_COLUMNS)
+_SELECT_COLUMNS = ", ".join(_SNAPSHOT_COLUMNS)
+TIMER_KINDS = ("timer", "timeout")
 _TRANSITION_UPDATE_FIELDS = [
     "to_state",
     "status",
@@ -107,6 +112,40 @@ class OrmStore:
         """The instance, or None."""
         row = Instance.objects.filter(pk=instance_id).first()
         return snapshot_of(row) if row else None
+
+    def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
+        """The instance `ref` (UUID, or business key: the live instance first) of a workflow.
+
+        On PostgreSQL one plain SELECT, no model instance: this is on every request's path.
+        """
+        if connection.vendor != "postgresql":
+            row = (
+                Instance.objects.filter(instance_lookup(domain, workflow, ref))
+                .order_by("-created_at")
+                .first()
+            )
+            return snapshot_of(row) if row else None
+        try:
+            condition, value = "id = %s", uuid.UUID(ref)
+        except ValueError:
+            condition, value = "key = %s", ref
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {_SELECT_COLUMNS} FROM instances_instance "
+                f"WHERE domain = %s AND workflow_key = %s AND {condition} "
+                "ORDER BY status = 'C', created_at DESC LIMIT 1",
+                [domain, workflow, value],
+            )
+            found = cursor.fetchone()
+        if found is None:
+            return None
+        values = dict(zip(_SNAPSHOT_COLUMNS, found, strict=True))
+        for name in ("data", "tags", "extra"):
+            # Django's psycopg setup leaves jsonb undecoded for raw cursors.
+            if isinstance(values[name], str):
+                values[name] = json.loads(values[name])
+        major, minor, patch = (values.pop(name) for name in _VERSION_COLUMNS)
+        return InstanceSnapshot(**values, data_version=(major, minor, patch))
 
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
         """Busy owner = `owner` if the instance is Active or Busy (cancel/exit/timeout)."""
@@ -282,19 +321,11 @@ class OrmStore:
         self, committed: InstanceSnapshot, writes: PendingWrites, data_changed: bool
     ) -> None:
         instance_id = committed.id
-        transitions = [
-            InstanceTransition(instance_id=instance_id, **vars(row))
-            for row in writes.transitions.values()
-        ]
-        if transitions:
-            InstanceTransition.objects.bulk_create(
-                transitions,
-                update_conflicts=True,
-                unique_fields=["id"],
-                update_fields=_TRANSITION_UPDATE_FIELDS,
-            )
+        rows = list(writes.transitions.values())
+        if rows:
+            self._upsert_transitions(instance_id, rows)
         if data_changed:
-            last = transitions[-1].id if transitions else None
+            last = rows[-1].id if rows else None
             InstanceDataVersion.objects.create(
                 instance_id=instance_id,
                 transition_id=last,
@@ -311,18 +342,48 @@ class OrmStore:
                 Incident(instance_id=instance_id, **vars(row)) for row in writes.incidents
             )
         if writes.cancel_all_timers or writes.cancel_timers_of:
-            timers = Job.objects.filter(
-                instance_id=instance_id, kind="timer", status=JobStatus.PENDING
-            )
-            if not writes.cancel_all_timers:
-                timers = timers.filter(state__in=writes.cancel_timers_of)
+            timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
+            if writes.cancel_all_timers:
+                timers = timers.filter(kind__in=TIMER_KINDS)
+            else:
+                timers = timers.filter(kind="timer", state__in=writes.cancel_timers_of)
             timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
         if writes.release_locks:
             ResourceLock.objects.filter(owner=instance_id).delete()
         if writes.jobs:
-            Job.objects.bulk_create(
+            created = Job.objects.bulk_create(
                 Job(instance_id=instance_id, **vars(job)) for job in writes.jobs
             )
+            # Handed to the job runner once (and only if) this transaction commits.
+            from instances.jobs import jobs_dispatch
+
+            jobs = [(job.pk, job.run_at) for job in created]
+            transaction.on_commit(lambda: jobs_dispatch(jobs))
+
+    def _upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
+        if connection.vendor != "postgresql":
+            InstanceTransition.objects.bulk_create(
+                [InstanceTransition(instance_id=instance_id, **vars(row)) for row in rows],
+                update_conflicts=True,
+                unique_fields=["id"],
+                update_fields=_TRANSITION_UPDATE_FIELDS,
+            )
+            return
+        columns = ["instance_id", *vars(rows[0])]
+        updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in _TRANSITION_UPDATE_FIELDS)
+        sql = (
+            f"INSERT INTO instances_instancetransition ({', '.join(columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))}) "
+            f"ON CONFLICT (id) DO UPDATE SET {updates}"
+        )
+        body = InstanceTransition._meta.get_field("body")
+        params = []
+        for row in rows:
+            values = dict(vars(row))
+            values["body"] = body.get_db_prep_save(values["body"], connection)
+            params.append([instance_id, *values.values()])
+        with connection.cursor() as cursor:
+            cursor.executemany(sql, params)
 
 
 def _with(snapshot: InstanceSnapshot, fields: dict[str, Any]) -> InstanceSnapshot:

@@ -210,16 +210,12 @@ def _request(
 
 def instance_snapshot(*, domain: str, workflow: str, ref: str) -> InstanceSnapshot:
     """The instance `ref` (UUID or business key) of a workflow, or 404 `Instance:100017`."""
-    row = (
-        Instance.objects.filter(instance_lookup(domain, workflow, ref))
-        .order_by("-created_at")
-        .first()
-    )
-    if row is None:
+    found = OrmStore().find(domain, workflow, ref)
+    if found is None:
         raise VNextError(
             Codes.INSTANCE_NOT_FOUND, f"workflow {domain}/{workflow} has no instance {ref!r}"
         )
-    return snapshot_of(row)
+    return found
 
 
 def _live_by_key(domain: str, workflow: str, key: str) -> InstanceSnapshot | None:

@@ -247,9 +247,10 @@ class InMemoryStore:
 
     def _write_jobs(self, row: InstanceSnapshot, writes: PendingWrites) -> None:
         for job in self.jobs:
-            cancel = writes.cancel_all_timers or job["state"] in writes.cancel_timers_of
-            timer = job["instance_id"] == row.id and job["kind"] == "timer"
-            if timer and cancel and job["status"] == "pending":
+            mine = job["instance_id"] == row.id and job["status"] == "pending"
+            leaving = job["kind"] == "timer" and job["state"] in writes.cancel_timers_of
+            ending = job["kind"] in ("timer", "timeout") and writes.cancel_all_timers
+            if mine and (leaving or ending):
                 job["status"] = "cancelled"
         for new in writes.jobs:
             self.jobs.append(_job_dict(row.id, new))

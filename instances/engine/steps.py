@@ -18,7 +18,7 @@ from instances.engine.ports import LockRelease
 from instances.engine.profiles import Order, Outcome, Trigger
 from instances.engine.records import JobRow, TransitionRow, deep_merge
 from instances.engine.script_runner import response_data, script_context
-from instances.engine.scripts import ScriptResponse
+from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.tasks import TaskOutcome
 from instances.status import (
     STATE_SUBTYPE_NAMES,
@@ -139,7 +139,7 @@ class PreflightStep(Step):
                 Codes.INSTANCE_PASSIVE, "instance is suspended", instance_id=str(instance.id)
             )
         busy_blocks = kind not in BUSY_EXEMPT and kind != TransitionKind.UPDATE_DATA
-        if status == InstanceStatus.BUSY and busy_blocks:
+        if status == InstanceStatus.BUSY and busy_blocks and not execution.holds_busy:
             raise Rejected(
                 Codes.INSTANCE_BUSY,
                 "instance is busy with another transition",
@@ -298,8 +298,10 @@ class CancelScheduledJobsStep(Step):
     order = Order.CANCEL_SCHEDULED_JOBS
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        if hop.source_state:
-            execution.writes.cancel_timers_of.add(hop.source_state)
+        # Only a state with scheduled transitions can have armed timers: skip the write otherwise.
+        source = hop.source_state
+        if source and execution.definition.scheduled_transitions(source):
+            execution.writes.cancel_timers_of.add(source)
         return Outcome.proceed()
 
 
@@ -420,11 +422,14 @@ class RunAutomaticTransitionsStep(Step):
 
 
 class ScheduleTransitionsStep(Step):
-    """90: arm the state's scheduled transitions as timer jobs, unless Auto already picked."""
+    """90: arm the state's scheduled transitions as timer jobs, unless Auto already picked.
+    The start hop also arms the workflow `timeout` (an absolute budget from the start)."""
 
     order = Order.SCHEDULE
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if hop.transition.kind == TransitionKind.START and execution.definition.timeout:
+            self._arm_workflow_timeout(execution, hop)
         if hop.next_transition is not None:
             return Outcome.proceed()
         state = execution.definition.state(execution.instance.current_state)
@@ -447,6 +452,34 @@ class ScheduleTransitionsStep(Step):
                 )
             )
         return Outcome.proceed()
+
+    def _arm_workflow_timeout(self, execution: Execution, hop: Hop) -> None:
+        timeout = execution.definition.timeout
+        assert timeout is not None
+        now = execution.engine.clock()
+        static = (timeout.raw.get("timer") or {}).get("duration")
+        due: datetime | None = None
+        mapping = timeout.raw.get("mapping")
+        if isinstance(mapping, dict) and mapping.get("code"):
+            try:
+                due = timer_due(
+                    execution.engine.scripts.call(
+                        mapping, execution.definition, "handler", _context(execution, hop)
+                    ),
+                    now,
+                )
+            except (VNextError, ScriptError) as exc:
+                # The mapping is an override: on failure the static duration applies (seed 001).
+                logger.warning(
+                    "timeout mapping of %s failed, using %s: %s", timeout.key, static, exc
+                )
+        if due is None:
+            if not static:
+                return
+            due = timer_due(str(static), now)
+        execution.writes.jobs.append(
+            JobRow(kind="timeout", run_at=due, payload={"transition": timeout.key})
+        )
 
 
 def timer_due(value: Any, now: datetime) -> datetime:
