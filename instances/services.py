@@ -22,7 +22,6 @@ from instances.orm_store import (
     OrmInstanceReader,
     OrmStore,
     RegistryComponents,
-    instance_lookup,
     snapshot_of,
 )
 from instances.status import InstanceStatus, TriggerType
