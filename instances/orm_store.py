@@ -125,6 +125,7 @@ class OrmStore:
                 .first()
             )
             return snapshot_of(row) if row else None
+        value: uuid.UUID | str
         try:
             condition, value = "id = %s", uuid.UUID(ref)
         except ValueError:
