@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from instances.jobs import ReplayRefused, job_replay
 from instances.models import Incident, Instance, InstanceTask, InstanceTransition, Job
 
 
@@ -118,12 +120,28 @@ class InstanceAdmin(admin.ModelAdmin):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    """The durable job queue."""
+    """The durable job queue; operators replay jobs through the same service as `jobs_replay`."""
 
-    list_display = ["id", "kind", "instance", "state", "status", "run_at", "attempts"]
-    list_filter = ["kind", "status"]
+    list_display = ["id", "kind", "instance", "state", "status", "run_at", "attempts", "last_error"]
+    list_filter = ["kind", "status", "run_at"]
     search_fields = ["instance__id", "dedupe_key"]
     readonly_fields = [f.name for f in Job._meta.fields]
+    actions = ["replay"]
+
+    @admin.action(description="Replay (succeeded jobs are skipped)")
+    def replay(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Put the selected jobs back in the queue, in the operator's name."""
+        operator = request.user.get_username()
+        done, refused = 0, []
+        for job in queryset:
+            try:
+                job_replay(job=job, operator=operator)
+                done += 1
+            except ReplayRefused as exc:
+                refused.append(str(exc))
+        self.message_user(request, f"{done} job(s) replayed", messages.SUCCESS)
+        for reason in refused:
+            self.message_user(request, reason, messages.WARNING)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

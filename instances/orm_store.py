@@ -150,9 +150,8 @@ class OrmStore:
 
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
         """Busy owner = `owner` if the instance is Active or Busy (cancel/exit/timeout)."""
-        taken = Instance.objects.filter(
-            pk=instance_id, status__in=[InstanceStatus.ACTIVE, InstanceStatus.BUSY]
-        ).update(
+        live = [InstanceStatus.ACTIVE, InstanceStatus.BUSY, InstanceStatus.FAULTED]
+        taken = Instance.objects.filter(pk=instance_id, status__in=live).update(
             status=InstanceStatus.BUSY,
             busy_owner=owner,
             busy_since=timezone.now(),

@@ -8,15 +8,22 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
-from instances.engine.errors import Codes, VNextError
+from instances.engine.errors import Codes, ErrorCode, VNextError
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.pipeline import Engine, EngineConfig, Execution, TransitionRequest
+from instances.engine.pipeline import (
+    BUSY_EXEMPT,
+    Engine,
+    EngineConfig,
+    Execution,
+    TransitionRequest,
+)
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.profiles import Trigger
-from instances.engine.records import InstanceSnapshot
+from instances.engine.records import InstanceSnapshot, new_etag
 from instances.models import Instance
 from instances.orm_store import (
     OrmInstanceReader,
@@ -158,6 +165,143 @@ def instance_transition(
     request = _request(transition, payload, body, info)
     execution = engine().execute(definition, instance, request)
     return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
+# Headers never written to a job row: credentials stay out of the database.
+_SECRET_HEADERS = frozenset({"authorization", "cookie", "x-api-key", "proxy-authorization"})
+
+
+def _job_payload(
+    transition: TransitionDef, payload: Payload, body: Any, info: RequestInfo, **extra: Any
+) -> dict[str, Any]:
+    headers = {k: v for k, v in (info.headers or {}).items() if k not in _SECRET_HEADERS}
+    return {
+        "transition": transition.key,
+        "attributes": payload.attributes,
+        "body": body,
+        "headers": headers,
+        "query": dict(info.query or {}),
+        "actor": info.actor,
+        "stage": payload.stage,
+        **extra,
+    }
+
+
+def instance_start_accept(
+    *,
+    domain: str,
+    workflow: str,
+    body: Any,
+    info: RequestInfo,
+    version: str | None = None,
+) -> InstanceOutcome:
+    """`sync=false` start: validate, then in one transaction insert the instance (Busy, reserved
+    for its job) and the job that runs the start pipeline; answer right away."""
+    from instances.jobs import TRANSITION, job_enqueue
+
+    definition = workflow_definition(domain, workflow, version)
+    payload = _checked_payload(definition, definition.start, body, info)
+    if payload.key:
+        existing = _live_by_key(domain, workflow, payload.key)
+        if existing is not None:
+            return InstanceOutcome(existing, created=False)
+    reservation = f"res:{uuid.uuid4().hex}"
+    now = timezone.now()
+    initial = definition.initial_state.key
+    try:
+        with transaction.atomic():
+            row = Instance.objects.create(
+                domain=domain,
+                workflow_key=definition.key,
+                workflow_version=definition.version,
+                key=payload.key,
+                status=InstanceStatus.BUSY,
+                busy_owner=reservation,
+                busy_since=now,
+                current_state=initial,
+                effective_state=initial,
+                etag=new_etag(),
+                entity_etag=new_etag(),
+                tags=payload.tags,
+                stage=payload.stage,
+                created_by=info.actor,
+                modified_by=info.actor,
+                created_at=now,
+                updated_at=now,
+            )
+            job_enqueue(
+                kind=TRANSITION,
+                instance_id=row.pk,
+                payload=_job_payload(
+                    definition.start, payload, body, info, start=True, reservation=reservation
+                ),
+            )
+    except IntegrityError:
+        existing = _live_by_key(domain, workflow, str(payload.key))
+        if existing is None:
+            raise
+        return InstanceOutcome(existing, created=False)
+    return InstanceOutcome(snapshot_of(row), created=True)
+
+
+def instance_transition_accept(
+    *,
+    domain: str,
+    workflow: str,
+    ref: str,
+    transition_key: str,
+    body: Any,
+    info: RequestInfo,
+) -> InstanceOutcome:
+    """`sync=false` transition: admission now (409 when Busy), the pipeline in a job.
+
+    The admission CAS and the job row commit together; cancel/exit take Busy over, updateData
+    takes no lock at all."""
+    from instances.jobs import TRANSITION, job_enqueue
+
+    instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    if instance.status == InstanceStatus.COMPLETED:
+        raise VNextError(
+            Codes.INSTANCE_COMPLETED,
+            f"instance is completed (state {instance.current_state})",
+            instance_id=str(instance.id),
+        )
+    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
+    transition = _client_transition(definition, instance, transition_key)
+    payload = _checked_payload(definition, transition, body, info)
+    reservation = f"res:{uuid.uuid4().hex}"
+    job_payload = _job_payload(
+        transition, payload, body, info, fromState=instance.current_state, reservation=reservation
+    )
+    with transaction.atomic():
+        if transition.is_update_data:
+            job_payload["lockFree"] = True
+        else:
+            statuses = [InstanceStatus.ACTIVE]
+            if transition.kind in BUSY_EXEMPT:
+                statuses += [InstanceStatus.BUSY, InstanceStatus.FAULTED]
+            reserved = Instance.objects.filter(pk=instance.id, status__in=statuses).update(
+                status=InstanceStatus.BUSY,
+                busy_owner=reservation,
+                busy_since=timezone.now(),
+                etag=new_etag(),
+            )
+            if not reserved:
+                current = Instance.objects.filter(pk=instance.id).values_list("status", flat=True)
+                refusals: dict[str, ErrorCode] = {
+                    InstanceStatus.FAULTED: Codes.INSTANCE_FAULTED,
+                    InstanceStatus.COMPLETED: Codes.INSTANCE_COMPLETED,
+                    InstanceStatus.PASSIVE: Codes.INSTANCE_PASSIVE,
+                }
+                error = refusals.get(str(current.first()), Codes.INSTANCE_BUSY)
+                raise VNextError(
+                    error,
+                    "the instance cannot accept this transition now",
+                    instance_id=str(instance.id),
+                )
+            instance.status = InstanceStatus.BUSY
+        job_enqueue(kind=TRANSITION, instance_id=instance.id, payload=job_payload)
+    return InstanceOutcome(instance, created=False)
 
 
 def _client_transition(

@@ -154,6 +154,12 @@ CHANNEL_LAYERS = {
 VNEXT = {
     "SCRIPT_TIMEOUT_SECONDS": env.float("VNEXT_SCRIPT_TIMEOUT_SECONDS", default=2.0),
     "EXAMPLES_DIR": BASE_DIR / "examples",
+    "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,
+    "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),
+    "JOB_MAX_ATTEMPTS": env.int("VNEXT_JOB_MAX_ATTEMPTS", default=5),
+    "JOB_RETENTION_DAYS": env.float("VNEXT_JOB_RETENTION_DAYS", default=7.0),
+    "BUSY_LEASE_SECONDS": env.float("VNEXT_BUSY_LEASE_SECONDS", default=300.0),
+    "EMBEDDED_RUNNER_THREADS": env.int("VNEXT_EMBEDDED_RUNNER_THREADS", default=4),
 }
 
 LOGGING = {

@@ -33,7 +33,9 @@ from instances.services import (
     RequestInfo,
     instance_snapshot,
     instance_start,
+    instance_start_accept,
     instance_transition,
+    instance_transition_accept,
     workflow_definition,
 )
 
@@ -65,14 +67,12 @@ def _not_modified(request: Request, etag: str) -> bool:
     }
 
 
-def _answer(request: Request, outcome: InstanceOutcome) -> Response:
+def _answer(outcome: InstanceOutcome, *, accepted: bool) -> Response:
     instance = outcome.instance
-    if _is_sync(request) or (not outcome.created and outcome.execution is None):
+    if not accepted:
         return _with_etags(Response(envelope(instance)), instance)
-    # Until the job runner lands, sync=false runs inline too; it answers as the async API does.
-    return Response(
-        {"id": str(instance.id), "status": str(instance.status)}, status=status.HTTP_202_ACCEPTED
-    )
+    body = {"id": str(instance.id), "status": str(instance.status)}
+    return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 def _run(action: Any) -> InstanceOutcome:
@@ -94,8 +94,10 @@ class InstanceStartView(APIView):
     )
     def post(self, request: Request, domain: str, workflow: str) -> Response:
         """Start (idempotent by business key); 200 envelope with `sync=true`, else 202."""
+        sync = _is_sync(request)
+        start = instance_start if sync else instance_start_accept
         outcome = _run(
-            lambda: instance_start(
+            lambda: start(
                 domain=domain,
                 workflow=workflow,
                 body=request.data,
@@ -103,7 +105,8 @@ class InstanceStartView(APIView):
                 version=request.query_params.get("version") or None,
             )
         )
-        return _answer(request, outcome)
+        # An idempotent start answers with the instance that already exists.
+        return _answer(outcome, accepted=not sync and outcome.created)
 
 
 class InstanceTransitionView(APIView):
@@ -119,8 +122,10 @@ class InstanceTransitionView(APIView):
         self, request: Request, domain: str, workflow: str, instance: str, transition: str
     ) -> Response:
         """Admit and run the transition; 409 `Instance:100031` when the instance is busy."""
+        sync = _is_sync(request)
+        run = instance_transition if sync else instance_transition_accept
         outcome = _run(
-            lambda: instance_transition(
+            lambda: run(
                 domain=domain,
                 workflow=workflow,
                 ref=instance,
@@ -129,7 +134,7 @@ class InstanceTransitionView(APIView):
                 info=_info(request),
             )
         )
-        return _answer(request, outcome)
+        return _answer(outcome, accepted=not sync)
 
 
 class InstanceDetailView(APIView):

@@ -180,7 +180,8 @@ class InMemoryStore:
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
         with self._lock:
             row = self.rows.get(instance_id)
-            if row is None or row.status not in (InstanceStatus.ACTIVE, InstanceStatus.BUSY):
+            live = (InstanceStatus.ACTIVE, InstanceStatus.BUSY, InstanceStatus.FAULTED)
+            if row is None or row.status not in live:
                 return None
             row.status, row.busy_owner, row.busy_since = InstanceStatus.BUSY, owner, self.clock()
             row.etag = new_etag()

@@ -97,9 +97,20 @@ class Command(BaseCommand):
         # that was installed before it: make that a clean exit (status 0), not a kill.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _exit_cleanly)
-        uvicorn.run(
-            "vnext.asgi:application", host=host, port=port, log_level="info", lifespan="off"
-        )
+        from instances.jobs import dispatch_mode
+        from instances.runner import start_embedded_runner, stop_embedded_runner
+
+        embedded = dispatch_mode() == "embedded"
+        if embedded:
+            start_embedded_runner()
+            self.stdout.write("embedded job runner started (no broker)")
+        try:
+            uvicorn.run(
+                "vnext.asgi:application", host=host, port=port, log_level="info", lifespan="off"
+            )
+        finally:
+            if embedded:
+                stop_embedded_runner()
 
 
 def _exit_cleanly(signum: int, frame: Any) -> None:

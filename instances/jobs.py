@@ -1,0 +1,442 @@
+"""The durable job queue: enqueue in the caller's transaction, dispatch after commit, claim by
+compare-and-set with a lease, run the handler of the job's kind, complete fenced by the lease.
+
+A job's Busy reservation travels with it: an accepted async request marks the instance Busy with
+the job's reservation token; each claim moves that ownership to a token naming the claim
+(`job:<id>:<attempt>`), so a worker that lost its lease can no longer write to the instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from instances.engine.definition import TransitionDef
+from instances.engine.errors import Codes, VNextError
+from instances.engine.pipeline import PipelineFault, Rejected, TransitionRequest
+from instances.engine.profiles import Order, Trigger
+from instances.models import Incident, Instance, InstanceTransition, Job
+from instances.status import InstanceStatus, JobStatus, TransitionStatus
+from vnext.conf import vnext_setting
+
+logger = logging.getLogger("vnext.jobs")
+
+TRANSITION = "transition"
+TIMER = "timer"
+TIMEOUT = "timeout"
+
+
+class RetryLater(Exception):
+    """The job cannot run yet (the instance is Busy): try again after `delay` seconds."""
+
+    def __init__(self, reason: str, delay: float = 1.0) -> None:
+        super().__init__(reason)
+        self.delay = delay
+
+
+# --- enqueue and dispatch ------------------------------------------------------------------------
+
+
+def job_enqueue(
+    *,
+    kind: str,
+    instance_id: uuid.UUID | None,
+    payload: dict[str, Any],
+    run_at: datetime | None = None,
+    state: str = "",
+    dedupe_key: str | None = None,
+) -> Job:
+    """Insert a job in the current transaction; it is dispatched once that transaction commits."""
+    job = Job.objects.create(
+        kind=kind,
+        instance_id=instance_id,
+        payload=payload,
+        run_at=run_at or timezone.now(),
+        state=state,
+        dedupe_key=dedupe_key,
+    )
+    transaction.on_commit(lambda: jobs_dispatch([(job.pk, job.run_at)]))
+    return job
+
+
+def jobs_dispatch(jobs: Iterable[tuple[int, datetime]]) -> None:
+    """Hand committed jobs to the runner: Celery messages (with an ETA for future ones) or the
+    embedded runner's wake-up. A lost message is harmless: the due-jobs sweep finds the row."""
+    jobs = list(jobs)
+    if not jobs:
+        return
+    if dispatch_mode() == "celery":
+        from instances.tasks import job_run_task
+
+        now = timezone.now()
+        for job_id, run_at in jobs:
+            try:
+                if run_at > now:
+                    job_run_task.apply_async(args=(job_id,), eta=run_at)
+                else:
+                    job_run_task.apply_async(args=(job_id,))
+            except Exception:  # the broker is down: the sweep will dispatch it
+                logger.warning("could not send job %s to the broker", job_id, exc_info=True)
+    else:
+        from instances.runner import wake_embedded_runner
+
+        wake_embedded_runner(min(run_at for _, run_at in jobs))
+
+
+def dispatch_mode() -> str:
+    """`celery` with a configured broker, else `embedded` (the in-process runner)."""
+    mode = vnext_setting("JOB_DISPATCH")
+    if mode:
+        return str(mode)
+    from django.conf import settings
+
+    return "celery" if settings.CELERY_BROKER_URL != "memory://" else "embedded"
+
+
+# --- claim, run, complete ------------------------------------------------------------------------
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=float(vnext_setting("JOB_LEASE_SECONDS")))
+
+
+def job_claim(job_id: int) -> Job | None:
+    """Claim a due job (or one whose lease expired) by compare-and-set; None when someone else
+    has it, it is not due, or it is finished. Each claim gets a fresh lease token."""
+    now = timezone.now()
+    due = Q(status=JobStatus.PENDING, run_at__lte=now) | Q(
+        status=JobStatus.RUNNING, lease_until__lt=now
+    )
+    claimed = Job.objects.filter(due, pk=job_id).update(
+        status=JobStatus.RUNNING,
+        attempts=F("attempts") + 1,
+        lease_until=now + _lease(),
+        updated_at=now,
+    )
+    if not claimed:
+        return None
+    job = Job.objects.get(pk=job_id)
+    token = f"job:{job.pk}:{job.attempts}"
+    # Fencing: only the claim that set this attempt number owns the job now.
+    Job.objects.filter(pk=job.pk, attempts=job.attempts).update(lease_owner=token)
+    job.lease_owner = token
+    return job
+
+
+def job_complete(
+    job: Job, status: str, *, error: str = "", retry_at: datetime | None = None
+) -> bool:
+    """Record the outcome, only if this claim still holds the lease (False otherwise)."""
+    fields: dict[str, Any] = {
+        "status": status,
+        "last_error": error[:2000],
+        "updated_at": timezone.now(),
+    }
+    if retry_at is not None:
+        fields.update(run_at=retry_at, lease_until=None)
+    done = Job.objects.filter(
+        pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner
+    ).update(**fields)
+    if done and retry_at is not None:
+        jobs_dispatch([(job.pk, retry_at)])
+    return bool(done)
+
+
+def _backoff(attempts: int) -> timedelta:
+    base = float(vnext_setting("JOB_RETRY_BASE_SECONDS"))
+    return timedelta(seconds=min(base * 2 ** max(attempts - 1, 0), 300) * random.uniform(0.8, 1.2))
+
+
+def job_run(job_id: int) -> str:
+    """Claim and run one job; returns what happened (`skipped`, `succeeded`, `retry`, `failed`).
+
+    Safe to call for the same job any number of times, from any process: one claim wins."""
+    job = job_claim(job_id)
+    if job is None:
+        return "skipped"
+    handler = HANDLERS.get(job.kind)
+    try:
+        if handler is None:
+            raise VNextError(Codes.APP_INTERNAL, f"no handler for job kind {job.kind!r}")
+        handler(job)
+    except RetryLater as wait:
+        retry_at = timezone.now() + timedelta(seconds=wait.delay)
+        job_complete(job, JobStatus.PENDING, error=str(wait), retry_at=retry_at)
+        return "retry"
+    except Exception as exc:  # any failure: retried with backoff, then left for an operator
+        logger.warning("job %s (%s) attempt %s failed: %s", job.pk, job.kind, job.attempts, exc)
+        if job.attempts >= int(vnext_setting("JOB_MAX_ATTEMPTS")):
+            job_complete(job, JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            return "failed"
+        retry_at = timezone.now() + _backoff(job.attempts)
+        job_complete(
+            job, JobStatus.PENDING, error=f"{type(exc).__name__}: {exc}", retry_at=retry_at
+        )
+        return "retry"
+    return "succeeded" if job_complete(job, JobStatus.SUCCEEDED) else "lost-lease"
+
+
+def jobs_due(limit: int = 100) -> list[int]:
+    """Ids of jobs that should run now: pending and due, or running with an expired lease."""
+    now = timezone.now()
+    due = Q(status=JobStatus.PENDING, run_at__lte=now) | Q(
+        status=JobStatus.RUNNING, lease_until__lt=now
+    )
+    return list(Job.objects.filter(due).order_by("run_at").values_list("pk", flat=True)[:limit])
+
+
+def jobs_run_due(limit: int = 100) -> dict[str, int]:
+    """Run due jobs here and now, one after the other (tests, `jobs_run` command)."""
+    counts: dict[str, int] = {}
+    for job_id in jobs_due(limit):
+        outcome = job_run(job_id)
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def jobs_dispatch_due(limit: int = 500) -> int:
+    """The periodic safety net: hand every due job to the runner again."""
+    due = jobs_due(limit)
+    jobs_dispatch([(job_id, timezone.now()) for job_id in due])
+    return len(due)
+
+
+def jobs_prune_finished(*, older_than: timedelta | None = None) -> int:
+    """Delete succeeded and cancelled jobs older than the retention (failed ones stay)."""
+    age = older_than or timedelta(days=float(vnext_setting("JOB_RETENTION_DAYS")))
+    finished = [JobStatus.SUCCEEDED, JobStatus.CANCELLED]
+    cutoff = timezone.now() - age
+    return Job.objects.filter(status__in=finished, updated_at__lt=cutoff).delete()[0]
+
+
+# --- the stranded-Busy reaper --------------------------------------------------------------------
+
+
+def instances_reap_stranded_busy() -> int:
+    """Fault every instance Busy past its lease whose owner is gone (no live job holds it).
+
+    A job-owned reservation is left to the job (its lease reaper re-runs it); anything else
+    Busy for longer than `BUSY_LEASE_SECONDS` is faulted with an incident, never left Busy."""
+    cutoff = timezone.now() - timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
+    reaped = 0
+    stale = Instance.objects.filter(status=InstanceStatus.BUSY, busy_since__lt=cutoff)
+    for instance_id, owner in stale.values_list("pk", "busy_owner"):
+        live_job = Job.objects.filter(
+            instance_id=instance_id, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
+        ).filter(Q(payload__reservation=owner) | Q(lease_owner=owner))
+        if live_job.exists():
+            continue
+        with transaction.atomic():
+            now = timezone.now()
+            taken = Instance.objects.filter(
+                pk=instance_id, status=InstanceStatus.BUSY, busy_owner=owner
+            ).update(status=InstanceStatus.FAULTED, busy_owner="", busy_since=None, updated_at=now)
+            if not taken:
+                continue
+            running = InstanceTransition.objects.filter(
+                instance_id=instance_id, status=TransitionStatus.RUNNING
+            )
+            running.update(
+                status=TransitionStatus.FAULTED,
+                error_code="Instance:StrandedBusy",
+                error_message="the pipeline holding Busy stopped without finishing",
+                finished_at=now,
+            )
+            instance = Instance.objects.get(pk=instance_id)
+            Incident.objects.create(
+                instance_id=instance_id,
+                state=instance.current_state,
+                error_code="Instance:StrandedBusy",
+                layer="pipeline",
+                message=(
+                    f"Busy since before {cutoff:%Y-%m-%d %H:%M:%S} UTC with no live owner "
+                    f"({owner or 'unknown'}); faulted by the reaper, retry or cancel it"
+                ),
+            )
+        reaped += 1
+        logger.warning("reaped stranded Busy instance %s (owner %s)", instance_id, owner)
+    return reaped
+
+
+# --- handlers ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Loaded:
+    instance: Any
+    definition: Any
+
+
+def _load(job: Job) -> _Loaded | None:
+    from instances.orm_store import OrmStore
+    from instances.services import engine
+
+    if job.instance_id is None:
+        return None
+    instance = OrmStore().load(job.instance_id)
+    if instance is None:
+        return None
+    definition = engine().components.workflow(
+        instance.domain, instance.workflow_key, instance.workflow_version
+    )
+    return _Loaded(instance, definition) if definition else None
+
+
+def _take_reservation(job: Job) -> bool:
+    """Move the instance's Busy ownership from the accept's reservation (or an earlier claim of
+    this job) to this claim's token."""
+    if job.instance_id is None:
+        return False
+    reservation = str(job.payload.get("reservation") or "")
+    owners = Q(busy_owner=reservation) | Q(busy_owner__startswith=f"job:{job.pk}:")
+    return bool(
+        Instance.objects.filter(owners, id=job.instance_id, status=InstanceStatus.BUSY).update(
+            busy_owner=job.lease_owner, busy_since=timezone.now()
+        )
+    )
+
+
+def _handle_transition(job: Job) -> None:
+    """An accepted async start/transition: run the pipeline and its whole automatic chain."""
+    from instances.services import engine
+
+    loaded = _load(job)
+    if loaded is None:
+        return
+    instance, definition = loaded.instance, loaded.definition
+    payload = job.payload
+    lock_free = bool(payload.get("lockFree"))
+    if not lock_free and not _take_reservation(job):
+        logger.info("job %s: instance %s is no longer reserved for it", job.pk, job.instance_id)
+        return
+    key = payload["transition"]
+    is_start = bool(payload.get("start"))
+    transition: TransitionDef | None
+    if is_start:
+        transition = definition.start
+    else:
+        transition = definition.transition_for(payload.get("fromState") or "", key)
+    if transition is None:
+        raise VNextError(
+            Codes.TRANSITION_NOT_FOUND, f"transition {key!r} vanished from the definition"
+        )
+    row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
+    request = TransitionRequest(
+        transition=transition,
+        trigger=Trigger.MANUAL,
+        attributes=payload.get("attributes"),
+        body=payload.get("body"),
+        headers=payload.get("headers") or {},
+        query=payload.get("query") or {},
+        actor=payload.get("actor") or "",
+        stage=payload.get("stage") or "",
+        row_seed=row_seed,
+    )
+    _resume_if_partially_committed(request, instance, row_seed)
+    try:
+        engine().execute(
+            definition,
+            instance,
+            request,
+            owner=None if lock_free else job.lease_owner,
+            reserved=not lock_free,
+        )
+    except PipelineFault:
+        pass  # the instance is Faulted with an incident: the job itself is done
+    except Rejected as refused:
+        logger.info("job %s: %s", job.pk, refused.detail)
+
+
+def _resume_if_partially_committed(
+    request: TransitionRequest, instance: Any, row_seed: uuid.UUID
+) -> None:
+    # An earlier claim of this job may have committed ChangeState before it died: resume with
+    # the steps after it instead of running the transition again.
+    row = InstanceTransition.objects.filter(id=uuid.uuid5(row_seed, "0")).first()
+    if (
+        row is not None
+        and row.status == TransitionStatus.RUNNING
+        and row.to_state == instance.current_state
+        and row.from_state != instance.current_state
+    ):
+        request.resume_at = Order.ON_ENTRY
+        request.resume_from_state = row.from_state or None
+
+
+def _handle_timer(job: Job, *, timeout: bool = False) -> None:
+    """A scheduled transition (or the workflow timeout) is due."""
+    from instances.services import engine
+
+    loaded = _load(job)
+    if loaded is None:
+        return
+    instance, definition = loaded.instance, loaded.definition
+    if instance.status == InstanceStatus.COMPLETED:
+        return
+    if timeout:
+        transition = definition.timeout
+    else:
+        if instance.current_state != job.state:
+            return  # the state was left; its timers are void
+        transition = definition.transition_for(job.state, job.payload["transition"])
+    if transition is None:
+        return
+    request = TransitionRequest(
+        transition=transition,
+        trigger=Trigger.SCHEDULED,
+        actor="scheduler",
+        row_seed=uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}"),
+    )
+    try:
+        engine().execute(definition, instance, request, owner=job.lease_owner)
+    except PipelineFault:
+        pass
+    except Rejected as refused:
+        if refused.error in (Codes.INSTANCE_BUSY,):
+            raise RetryLater(refused.detail, delay=0.5) from refused
+        logger.info("timer job %s not applied: %s", job.pk, refused.detail)
+
+
+HANDLERS: dict[str, Callable[[Job], None]] = {
+    TRANSITION: _handle_transition,
+    TIMER: _handle_timer,
+    TIMEOUT: lambda job: _handle_timer(job, timeout=True),
+}
+
+
+# --- operators -----------------------------------------------------------------------------------
+
+
+class ReplayRefused(Exception):
+    """A job that must not be replayed (running, or succeeded without `force`)."""
+
+
+def job_replay(*, job: Job, force: bool = False, operator: str = "") -> None:
+    """Put a finished job back in the queue; a succeeded one only with `force`."""
+    if job.status == JobStatus.RUNNING and job.lease_until and job.lease_until > timezone.now():
+        raise ReplayRefused(f"job {job.pk} is running (lease until {job.lease_until:%H:%M:%S})")
+    if job.status == JobStatus.SUCCEEDED and not force:
+        raise ReplayRefused(f"job {job.pk} already succeeded; use --force to run it again")
+    now = timezone.now()
+    with transaction.atomic():
+        replayed = Job.objects.filter(pk=job.pk, status=job.status).update(
+            status=JobStatus.PENDING,
+            run_at=now,
+            lease_owner="",
+            lease_until=None,
+            last_error=f"replayed by {operator or 'an operator'} at {now:%Y-%m-%d %H:%M:%S}",
+            updated_at=now,
+        )
+        if not replayed:
+            raise ReplayRefused(f"job {job.pk} changed meanwhile; look again")
+        transaction.on_commit(lambda: jobs_dispatch([(job.pk, now)]))
+    logger.info("job %s replayed by %s", job.pk, operator or "an operator")

@@ -1,0 +1,56 @@
+"""`manage.py jobs_replay`: put selected jobs back in the queue (the admin action does the same)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from instances.jobs import ReplayRefused, job_replay
+from instances.management.commands._job_filters import add_filters, selected_jobs
+
+
+class Command(BaseCommand):
+    """Replay jobs by id, instance, kind, status or time range."""
+
+    help = (
+        "Replay jobs. Succeeded jobs are refused unless --force; --dry-run prints what would run. "
+        "Exit code 1 when a named job does not exist or anything was refused."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_filters(parser)
+        parser.add_argument("--dry-run", action="store_true", help="print, change nothing")
+        parser.add_argument("--force", action="store_true", help="replay succeeded jobs too")
+        parser.add_argument("--operator", default="jobs_replay", help="recorded on the job")
+        parser.add_argument("--no-progress", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not any(
+            options.get(name) for name in ("ids", "instance", "kind", "status", "since", "until")
+        ):
+            raise CommandError(
+                "select jobs with --id, --instance, --kind, --status, --since or --until"
+            )
+        jobs = list(selected_jobs(options))
+        missing = set(options.get("ids") or []) - {job.pk for job in jobs}
+        if missing:
+            raise CommandError(f"no job with id {', '.join(map(str, sorted(missing)))}")
+        if options["dry_run"]:
+            for job in jobs:
+                self.stdout.write(f"would replay job {job.pk} ({job.kind}, {job.status})")
+            self.stdout.write(f"{len(jobs)} job(s) selected; nothing changed (--dry-run)")
+            return
+        refused = []
+        quiet = options["no_progress"] or options["verbosity"] == 0
+        for job in tqdm(jobs, desc="replaying", disable=quiet):
+            try:
+                job_replay(job=job, force=options["force"], operator=options["operator"])
+            except ReplayRefused as exc:
+                refused.append(str(exc))
+        for reason in refused:
+            self.stderr.write(self.style.WARNING(f"refused: {reason}"))
+        self.stdout.write(f"{len(jobs) - len(refused)} replayed, {len(refused)} refused")
+        if refused:
+            raise CommandError("some jobs were refused", returncode=1)

@@ -1,0 +1,44 @@
+"""Celery tasks: thin shells around the job services. Idempotent: a duplicate delivery of a job
+finds it claimed (or finished) and returns."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from instances.jobs import (
+    instances_reap_stranded_busy,
+    job_run,
+    jobs_dispatch_due,
+    jobs_prune_finished,
+)
+from locks.services import locks_sweep_expired
+
+
+@shared_task(name="vnext.job_run", ignore_result=True, acks_late=True)
+def job_run_task(job_id: int) -> str:
+    """Run one job (claim by CAS; nothing happens if another delivery already has it)."""
+    return job_run(job_id)
+
+
+@shared_task(name="vnext.jobs_dispatch_due", ignore_result=True)
+def jobs_dispatch_due_task() -> int:
+    """Safety net: re-send every due job (timers whose message was lost, expired leases)."""
+    return jobs_dispatch_due()
+
+
+@shared_task(name="vnext.instances_reap_stranded_busy", ignore_result=True)
+def instances_reap_stranded_busy_task() -> int:
+    """Fault instances left Busy by an owner that is gone."""
+    return instances_reap_stranded_busy()
+
+
+@shared_task(name="vnext.locks_sweep_expired", ignore_result=True)
+def locks_sweep_expired_task() -> int:
+    """Delete resource locks whose TTL has passed."""
+    return locks_sweep_expired()
+
+
+@shared_task(name="vnext.jobs_prune_finished", ignore_result=True)
+def jobs_prune_finished_task() -> int:
+    """Delete old succeeded/cancelled jobs."""
+    return jobs_prune_finished()
