@@ -159,8 +159,17 @@ def state_function(
         "incident": {"hasActiveIncident": incident is not None, "active": incident},
         "eTag": instance.etag,
     }
-    if definition.timeout is not None and live:
-        body["timeout"] = {"key": definition.timeout.key, "target": definition.timeout.target}
+    deadline = (
+        Job.objects.filter(instance_id=instance.id, kind="timeout", status=JobStatus.PENDING)
+        .values_list("run_at", flat=True)
+        .first()
+    )
+    if definition.timeout is not None and live and deadline is not None:
+        body["timeout"] = {
+            "key": definition.timeout.key,
+            "target": definition.timeout.target,
+            "executeAtUtc": deadline.isoformat().replace("+00:00", "Z"),
+        }
     return body
 
 

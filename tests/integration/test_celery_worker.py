@@ -1,0 +1,200 @@
+"""The real thing: a Celery worker process against Redis and PostgreSQL runs async starts and
+transitions, fires timers at their ETA, runs a twice-delivered job once, and re-runs a job whose
+worker was SIGKILLed mid-pipeline after its lease expired, leaving one history row."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.db import connection
+
+from instances.jobs import jobs_dispatch_due
+from instances.models import Instance, InstanceTransition, Job
+from instances.tasks import job_run_task
+from tests.engine.builders import script, state, transition, workflow
+from tests.instances.http_server import http_server
+from tests.instances.workflows import http_ref, http_task, ping_pong, publish
+from vnext.celery import app as celery_app
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
+ROOT = Path(__file__).resolve().parents[2]
+BROKER = os.environ.get("VNEXT_TEST_BROKER_URL", "redis://127.0.0.1:6379/14")
+LEASE_SECONDS = 3
+BASE = "/api/v1/core/workflows/{}/instances"
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Worker:
+    """A `celery worker` subprocess on the test database."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "DATABASE_URL": "postgres://{USER}@{HOST}:{PORT}/{NAME}".format(
+                **{k: connection.settings_dict[k] or "" for k in ("USER", "HOST", "PORT", "NAME")}
+            ),
+            "CELERY_BROKER_URL": BROKER,
+            "VNEXT_JOB_DISPATCH": "celery",
+            "VNEXT_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        handle = self.log.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "vnext", "worker", "--pool=solo",
+                "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait_for(lambda: b"ready." in self.log.read_bytes(), 60, "the worker to be ready")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@pytest.fixture
+def broker(settings) -> Iterator[None]:
+    redis.Redis.from_url(BROKER).flushdb()
+    settings.VNEXT = {**settings.VNEXT, "JOB_DISPATCH": "celery"}
+    previous = celery_app.conf.broker_url
+    celery_app.conf.broker_url = BROKER
+    yield
+    celery_app.conf.broker_url = previous
+
+
+@pytest.fixture
+def worker(broker, tmp_path: Path) -> Iterator[Worker]:
+    running = Worker(tmp_path / "worker.log")
+    running.start()
+    yield running
+    running.stop()
+
+
+def instance(instance_id: str) -> Instance:
+    return Instance.objects.get(pk=instance_id)
+
+
+def test_async_start_and_transition_reach_their_states(operator_client, worker):
+    publish(ping_pong())
+    base = BASE.format("ping-pong")
+    accepted = operator_client.post(f"{base}/start", {"attributes": {"n": 1}}, format="json")
+    assert accepted.status_code == 202
+    instance_id = accepted.json()["id"]
+    wait_for(lambda: instance(instance_id).status == "A", what="the async start")
+    response = operator_client.patch(f"{base}/{instance_id}/transitions/to-pong", {"n": 2}, format="json")
+    assert response.status_code == 202
+    wait_for(lambda: instance(instance_id).current_state == "pong", what="the async transition")
+    row = instance(instance_id)
+    assert (row.status, row.data, row.busy_owner) == ("A", {"n": 2}, "")
+    assert set(Job.objects.values_list("status", flat=True)) == {"succeeded"}
+
+
+def test_a_timer_fires_at_its_eta(operator_client, worker):
+    document = workflow(
+        [
+            state("waiting", 1, [transition("ring", "rung", 2, timer=script(
+                "from datetime import timedelta\n\ndef handler(context):\n"
+                "    return timedelta(seconds=1)\n"
+            ))]),
+            state("rung", 3, subType=1),
+        ],
+        key="alarm",
+    )
+    publish(document)
+    created = operator_client.post(f"{BASE.format('alarm')}/start?sync=true", {}, format="json")
+    instance_id = created.json()["id"]
+    timer = Job.objects.get(instance_id=instance_id, kind="timer")
+    wait_for(lambda: instance(instance_id).status == "C", 20, "the timer")
+    assert instance(instance_id).current_state == "rung"
+    fired = Job.objects.get(pk=timer.pk)
+    lateness = (fired.updated_at - fired.run_at).total_seconds()
+    assert fired.status == "succeeded"
+    assert 0 <= lateness < 2.0
+
+
+def test_a_job_delivered_twice_runs_once(operator_client, broker, tmp_path, settings):
+    publish(ping_pong())
+    # Accept without dispatching, then deliver the same job twice before any worker runs.
+    settings.VNEXT = {**settings.VNEXT, "JOB_DISPATCH": "embedded"}
+    accepted = operator_client.post(f"{BASE.format('ping-pong')}/start", {}, format="json").json()
+    job = Job.objects.get(instance_id=accepted["id"])
+    job_run_task.apply_async(args=(job.pk,))
+    job_run_task.apply_async(args=(job.pk,))
+    running = Worker(tmp_path / "worker.log")
+    running.start()
+    try:
+        wait_for(lambda: Job.objects.get(pk=job.pk).status == "succeeded", what="the job")
+        time.sleep(1.0)  # let the second delivery be consumed too
+        assert b"skipped" in (tmp_path / "worker.log").read_bytes()
+    finally:
+        running.stop()
+    assert Job.objects.get(pk=job.pk).attempts == 1
+    assert InstanceTransition.objects.filter(instance_id=accepted["id"]).count() == 1
+
+
+def test_a_worker_killed_mid_pipeline_is_rerun_after_its_lease(operator_client, worker):
+    with http_server() as base_url:
+        document = ping_pong()
+        document["attributes"]["states"][0]["transitions"][0]["onExecutionTasks"] = [
+            http_ref("slow-call")
+        ]
+        publish(http_task("slow-call", f"{base_url}/slow?ms=2500"), document)
+        base = BASE.format("ping-pong")
+        instance_id = operator_client.post(f"{base}/start?sync=true", {}, format="json").json()["id"]
+        accepted = operator_client.patch(f"{base}/{instance_id}/transitions/to-pong", {}, format="json")
+        assert accepted.status_code == 202
+        job = Job.objects.get(instance_id=instance_id, kind="transition")
+        wait_for(lambda: Job.objects.get(pk=job.pk).status == "running", what="the claim")
+        time.sleep(0.5)  # inside the slow call
+        worker.kill()
+        assert instance(instance_id).status == "B"
+
+        worker.start()
+        time.sleep(LEASE_SECONDS + 0.5)
+        assert jobs_dispatch_due() >= 1  # what the periodic sweep does
+        wait_for(lambda: Job.objects.get(pk=job.pk).status == "succeeded", 30, "the re-run")
+
+    row = instance(instance_id)
+    assert (row.status, row.current_state, row.busy_owner) == ("A", "pong", "")
+    assert InstanceTransition.objects.filter(instance_id=instance_id, transition_key="to-pong").count() == 1
+    assert Job.objects.get(pk=job.pk).attempts == 2
