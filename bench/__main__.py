@@ -1,8 +1,9 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions` suite needs PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at
-the benchmarks' own database (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides
-it), so `make bench` never writes to the test database. The other suites use no database.
+The `transitions`, `jobs` and `locks` suites need PostgreSQL: before Django is set up,
+`DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`, created when missing;
+`BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the test database. The other
+suites use no database.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import sys
 
 import django
 
-SUITES = ("scripts", "validation", "transitions")
-DATABASE_SUITES = {"transitions"}
+SUITES = ("scripts", "validation", "transitions", "jobs", "locks")
+DATABASE_SUITES = {"transitions", "jobs", "locks"}
 
 
 def main(argv: list[str]) -> None:
@@ -28,12 +29,14 @@ def main(argv: list[str]) -> None:
         use_bench_database()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vnext.settings")
     django.setup()
-    from bench import bench_scripts, bench_transitions, bench_validation
+    from bench import bench_jobs, bench_locks, bench_scripts, bench_transitions, bench_validation
 
     suites = {
         "scripts": bench_scripts.main,
         "validation": bench_validation.main,
         "transitions": bench_transitions.main,
+        "jobs": bench_jobs.main,
+        "locks": bench_locks.main,
     }
     for name in names:
         print(f"\n== {name} ==")

@@ -8,6 +8,7 @@ the job's reservation token; each claim moves that ownership to a token naming t
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import uuid
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -113,6 +114,8 @@ def job_claim(job_id: int) -> Job | None:
     """Claim a due job (or one whose lease expired) by compare-and-set; None when someone else
     has it, it is not due, or it is finished. Each claim gets a fresh lease token."""
     now = timezone.now()
+    if connection.vendor == "postgresql":
+        return _claim_postgres(job_id, now)
     due = Q(status=JobStatus.PENDING, run_at__lte=now) | Q(
         status=JobStatus.RUNNING, lease_until__lt=now
     )
@@ -130,6 +133,42 @@ def job_claim(job_id: int) -> Job | None:
     Job.objects.filter(pk=job.pk, attempts=job.attempts).update(lease_owner=token)
     job.lease_owner = token
     return job
+
+
+_CLAIM = f"""
+UPDATE {Job._meta.db_table} SET
+    status = 'running',
+    attempts = attempts + 1,
+    lease_owner = 'job:' || id || ':' || (attempts + 1),
+    lease_until = %(lease_until)s,
+    updated_at = %(now)s
+WHERE id = %(id)s AND (
+    (status = 'pending' AND run_at <= %(now)s) OR (status = 'running' AND lease_until < %(now)s)
+)
+RETURNING kind, instance_id, state, payload, run_at, attempts, lease_owner
+"""
+
+
+def _claim_postgres(job_id: int, now: datetime) -> Job | None:
+    # One statement: the compare-and-set, the new attempt and its lease token together.
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM, {"id": job_id, "now": now, "lease_until": now + _lease()})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    kind, instance_id, state, payload, run_at, attempts, token = row
+    return Job(
+        pk=job_id,
+        kind=kind,
+        instance_id=instance_id,
+        state=state,
+        payload=json.loads(payload) if isinstance(payload, str) else payload,
+        run_at=run_at,
+        status=JobStatus.RUNNING,
+        attempts=attempts,
+        lease_owner=token,
+        lease_until=now + _lease(),
+    )
 
 
 def job_complete(

@@ -42,10 +42,12 @@ class EmbeddedJobRunner(threading.Thread):
         self._next_sweep = 0.0
 
     def stop(self) -> None:
-        """Finish running jobs, then stop."""
+        """Finish running jobs, then stop (closing the pool threads' connections)."""
         self.stopping.set()
         self.wake.set()
         self.join(timeout=10)
+        for _ in range(self.pool._max_workers):
+            self.pool.submit(connections.close_all)
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def run(self) -> None:
@@ -78,6 +80,8 @@ class EmbeddedJobRunner(threading.Thread):
     def _run_one(self, job_id: int) -> None:
         from instances.jobs import job_run
 
+        # Pool threads keep their connection between jobs; a broken or expired one is replaced.
+        close_old_connections()
         try:
             job_run(job_id)
         except Exception:
@@ -85,8 +89,7 @@ class EmbeddedJobRunner(threading.Thread):
         finally:
             with self._lock:
                 self.in_flight.discard(job_id)
-            connections.close_all()
-            self.wake.set()
+            self.wake.set()  # the next due job may be waiting for a free thread
 
     def _seconds_to_next(self) -> float:
         upcoming = (
