@@ -97,9 +97,9 @@ def broker(settings) -> Iterator[None]:
     redis.Redis.from_url(BROKER).flushdb()
     settings.VNEXT = {**settings.VNEXT, "JOB_DISPATCH": "celery"}
     previous = celery_app.conf.broker_url
-    celery_app.conf.broker_url = BROKER
+    celery_app.conf.update(broker_url=BROKER)
     yield
-    celery_app.conf.broker_url = previous
+    celery_app.conf.update(broker_url=previous)
 
 
 @pytest.fixture
@@ -121,7 +121,8 @@ def test_async_start_and_transition_reach_their_states(operator_client, worker):
     assert accepted.status_code == 202
     instance_id = accepted.json()["id"]
     wait_for(lambda: instance(instance_id).status == "A", what="the async start")
-    response = operator_client.patch(f"{base}/{instance_id}/transitions/to-pong", {"n": 2}, format="json")
+    url = f"{base}/{instance_id}/transitions/to-pong"
+    response = operator_client.patch(url, {"n": 2}, format="json")
     assert response.status_code == 202
     wait_for(lambda: instance(instance_id).current_state == "pong", what="the async transition")
     row = instance(instance_id)
@@ -132,10 +133,21 @@ def test_async_start_and_transition_reach_their_states(operator_client, worker):
 def test_a_timer_fires_at_its_eta(operator_client, worker):
     document = workflow(
         [
-            state("waiting", 1, [transition("ring", "rung", 2, timer=script(
-                "from datetime import timedelta\n\ndef handler(context):\n"
-                "    return timedelta(seconds=1)\n"
-            ))]),
+            state(
+                "waiting",
+                1,
+                [
+                    transition(
+                        "ring",
+                        "rung",
+                        2,
+                        timer=script(
+                            "from datetime import timedelta\n\ndef handler(context):\n"
+                            "    return timedelta(seconds=1)\n"
+                        ),
+                    )
+                ],
+            ),
             state("rung", 3, subType=1),
         ],
         key="alarm",
@@ -180,8 +192,10 @@ def test_a_worker_killed_mid_pipeline_is_rerun_after_its_lease(operator_client, 
         ]
         publish(http_task("slow-call", f"{base_url}/slow?ms=2500"), document)
         base = BASE.format("ping-pong")
-        instance_id = operator_client.post(f"{base}/start?sync=true", {}, format="json").json()["id"]
-        accepted = operator_client.patch(f"{base}/{instance_id}/transitions/to-pong", {}, format="json")
+        started = operator_client.post(f"{base}/start?sync=true", {}, format="json")
+        instance_id = started.json()["id"]
+        url = f"{base}/{instance_id}/transitions/to-pong"
+        accepted = operator_client.patch(url, {}, format="json")
         assert accepted.status_code == 202
         job = Job.objects.get(instance_id=instance_id, kind="transition")
         wait_for(lambda: Job.objects.get(pk=job.pk).status == "running", what="the claim")
@@ -196,5 +210,6 @@ def test_a_worker_killed_mid_pipeline_is_rerun_after_its_lease(operator_client, 
 
     row = instance(instance_id)
     assert (row.status, row.current_state, row.busy_owner) == ("A", "pong", "")
-    assert InstanceTransition.objects.filter(instance_id=instance_id, transition_key="to-pong").count() == 1
+    history = InstanceTransition.objects.filter(instance_id=instance_id, transition_key="to-pong")
+    assert history.count() == 1
     assert Job.objects.get(pk=job.pk).attempts == 2
