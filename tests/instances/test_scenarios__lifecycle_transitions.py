@@ -3,10 +3,11 @@ a transition mapping, onEntry/onExit mappings, complementary auto rules with a d
 transition, an absolute-time timer (armed, cancelled by a manual transition, re-armed by a `$self`
 transition), and the workflow's cancel and exit transitions.
 
-Timers are armed and cancelled in this build but never fire (no job runner yet): the pass path is
-followed up to the armed timer, and the timer's effects are checked through `Job` rows and the
-state function. Roles and query roles (item 9, and the roles on `move-to-processing` and
-`complete-workflow`) are not enforced yet and are not tested here.
+Timers fire: instead of waiting ~10 s a test makes the armed `Job` row due
+(`update(run_at=...)`) and runs it with `jobs_run_due()`, so the pass path is followed through
+`timer-triggered-state` to `completed-state`, and a cancelled or re-armed timer is shown not to fire
+(or to fire once, re-armed). Roles and query roles (item 9, and the roles on
+`move-to-processing` and `complete-workflow`) are not enforced yet and are not tested here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from instances.jobs import job_run, jobs_run_due
 from instances.models import Instance, InstanceTask, Job
 from instances.status import JobStatus
 from tests.conftest import EXAMPLES_DIR
@@ -85,6 +87,26 @@ def scheduled(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 def at(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def audit(client: APIClient, ref: str) -> list[tuple[str, str, str, int, str]]:
+    """History rows with their trigger type and actor."""
+    items = client.get(f"{BASE}/{ref}/transitions").json()["items"]
+    return [
+        (r["transitionKey"], r["fromState"], r["toState"], r["triggerType"], r["actor"])
+        for r in items
+    ]
+
+
+def make_due(job: Job, *, ago: timedelta = timedelta(0)) -> None:
+    Job.objects.filter(pk=job.pk).update(run_at=timezone.now() - ago)
+
+
+PASS_PATH = [
+    ("start-lifecycle-test", "", "initialize-state", 0, "operator"),
+    ("move-to-processing", "initialize-state", "processing-state", 0, "operator"),
+    ("auto-pass-transition", "processing-state", "auto-passed-state", 1, "operator"),
+]
 
 
 @pytest.fixture
@@ -200,6 +222,73 @@ def test_transition_errors_in_initialize_state(operator_client):
     assert history(operator_client, instance_id) == [
         ("start-lifecycle-test", "", "initialize-state", "completed"),
     ]
+
+
+def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(operator_client, passed):
+    (job,) = timers(passed)
+    assert timedelta(seconds=8) < job.run_at - timezone.now() <= timedelta(seconds=10)
+    assert jobs_run_due() == {}  # not due yet
+
+    make_due(job)
+    outcome = jobs_run_due()
+
+    assert outcome == {"succeeded": 1}
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.SUCCEEDED, 1)
+    instance = detail(operator_client, passed)
+    assert instance["metadata"]["currentState"] == "pre-complete-state"
+    assert instance["metadata"]["status"] == "A"
+    assert instance["metadata"]["effectiveStateType"] == "intermediate"
+    data = instance["attributes"]
+    # `TimerEntryMapping` (onEntry of timer-triggered-state) marked the timer and kept the flags.
+    assert data["timerTriggered"] is True
+    assert at(data["exitedAt"]) <= at(data["timerTriggeredAt"])
+    assert data["testPath"] == "pass"
+    assert data["transitionMappingExecuted"] is True
+    assert data["processEntryExecuted"] is True
+    assert data["processExitExecuted"] is True
+    assert data["testId"] == "t-pass"
+    rows = audit(operator_client, passed)
+    assert rows[:3] == PASS_PATH
+    # The timer runs with the Scheduled profile; the auto hop it chains is triggered by it.
+    assert rows[3] == (TIMER, "auto-passed-state", "timer-triggered-state", 2, "scheduler")
+    assert rows[4][:4] == ("auto-to-pre-complete", "timer-triggered-state", "pre-complete-state", 1)
+    assert len(rows) == 5
+    assert {r["status"] for r in operator_client.get(f"{BASE}/{passed}/transitions").json()[
+        "items"
+    ]} == {"completed"}
+    phases = InstanceTask.objects.filter(instance_id=passed).order_by("pk")
+    assert [(t.phase, t.status) for t in phases][3:] == [("onEntry", "succeeded")]
+    state = state_function(operator_client, passed)
+    assert state["state"] == "pre-complete-state"
+    assert scheduled(state) == []
+    assert [t["name"] for t in state["transitions"]] == [
+        "complete-workflow",
+        "cancel-workflow",
+        "exit-workflow",
+    ]
+    # Delivered again, the finished job changes nothing.
+    assert job_run(job.pk) == "skipped"
+    assert len(audit(operator_client, passed)) == 5
+
+    completed = fired(operator_client, passed, "complete-workflow")
+
+    assert completed["status"] == "C"
+    metadata = detail(operator_client, passed)["metadata"]
+    assert metadata["currentState"] == "completed-state"
+    assert metadata["status"] == "C"
+    assert metadata["effectiveStateType"] == "final"
+    assert metadata["effectiveStateSubType"] == "success"
+    assert metadata["completedAt"] is not None
+    assert audit(operator_client, passed)[-1] == (
+        "complete-workflow",
+        "pre-complete-state",
+        "completed-state",
+        0,
+        "operator",
+    )
+    assert [job.status for job in timers(passed)] == [JobStatus.SUCCEEDED]
+    assert not Job.objects.filter(instance_id=passed, status=JobStatus.PENDING).exists()
 
 
 # --- 2. fail path ---------------------------------------------------------------------------------
@@ -408,6 +497,43 @@ def test_cancel_schedule_manually_cancels_the_timer_then_complete(operator_clien
     assert [job.status for job in timers(passed)] == [JobStatus.CANCELLED]
 
 
+def test_a_manually_cancelled_timer_never_fires(operator_client, passed):
+    fired(operator_client, passed, "cancel-schedule-manually")
+    (job,) = timers(passed)
+    assert job.status == JobStatus.CANCELLED
+
+    make_due(job, ago=timedelta(seconds=5))
+
+    assert jobs_run_due() == {}
+    assert job_run(job.pk) == "skipped"
+    instance = detail(operator_client, passed)
+    assert instance["metadata"]["currentState"] == "pre-complete-state"
+    assert instance["metadata"]["status"] == "A"
+    assert "timerTriggered" not in instance["attributes"]
+    assert [row[0] for row in audit(operator_client, passed)] == [
+        "start-lifecycle-test",
+        "move-to-processing",
+        "auto-pass-transition",
+        "cancel-schedule-manually",
+    ]
+    assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
+
+
+def test_a_stale_timer_of_a_state_already_left_is_void(operator_client, passed):
+    """Belt and braces: a timer row still pending (say, a cancel that raced) whose state was
+    left is run but applies nothing."""
+    fired(operator_client, passed, "cancel-schedule-manually")
+    (job,) = timers(passed)
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PENDING, run_at=timezone.now())
+
+    assert jobs_run_due() == {"succeeded": 1}
+
+    instance = detail(operator_client, passed)
+    assert instance["metadata"]["currentState"] == "pre-complete-state"
+    assert "timerTriggered" not in instance["attributes"]
+    assert TIMER not in [row[0] for row in audit(operator_client, passed)]
+
+
 # --- 8. re-arm the timer with a $self transition --------------------------------------------------
 
 
@@ -447,3 +573,40 @@ def test_reschedule_twice_keeps_exactly_one_pending_timer(operator_client, passe
     statuses = [job.status for job in timers(passed)]
     assert statuses == [JobStatus.CANCELLED, JobStatus.CANCELLED, JobStatus.PENDING]
     assert len(scheduled(state_function(operator_client, passed))) == 1
+
+
+def test_the_rearmed_timer_fires_and_the_old_one_does_not(operator_client, passed):
+    (old,) = timers(passed)
+
+    fired(operator_client, passed, "reschedule-timer")
+
+    old.refresh_from_db()
+    new = Job.objects.get(instance_id=passed, kind="timer", status=JobStatus.PENDING)
+    assert old.status == JobStatus.CANCELLED
+    assert new.run_at > old.run_at
+    # The old deadline passing changes nothing.
+    make_due(old, ago=timedelta(seconds=1))
+    assert jobs_run_due() == {}
+    assert detail(operator_client, passed)["metadata"]["currentState"] == "auto-passed-state"
+
+    make_due(new)
+    outcome = jobs_run_due()
+
+    assert outcome == {"succeeded": 1}
+    instance = detail(operator_client, passed)
+    assert instance["metadata"]["currentState"] == "pre-complete-state"
+    assert instance["attributes"]["timerTriggered"] is True
+    assert [(job.pk, job.status) for job in timers(passed)] == [
+        (old.pk, JobStatus.CANCELLED),
+        (new.pk, JobStatus.SUCCEEDED),
+    ]
+    rows = audit(operator_client, passed)
+    assert [row[0] for row in rows] == [
+        "start-lifecycle-test",
+        "move-to-processing",
+        "auto-pass-transition",
+        "reschedule-timer",
+        TIMER,
+        "auto-to-pre-complete",
+    ]
+    assert rows[4] == (TIMER, "auto-passed-state", "timer-triggered-state", 2, "scheduler")

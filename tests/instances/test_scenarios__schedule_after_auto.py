@@ -2,9 +2,11 @@
 picks a winner the state's timer is never armed; without a winner the 8 s timer is armed and
 listed by the state function; cancel ends the instance and cancels the timer.
 
-Timers are armed and cancelled in this build but never fire (no job runner yet), so the "after
-~8 s it fires" half of item 2 is checked only up to the armed `Job` row. The upstream 2.5 s wait
-of `AutoAdvanceMapping` is dropped in the Python script (the sandbox has no sleep).
+Timers fire: instead of waiting 8 s a test makes the armed `Job` row due (`update(run_at=...)`)
+and runs it with `jobs_run_due()`; the fired `gate-timeout` lands on `gate-timedout` (sub-type
+`timeout`). The upstream 2.5 s wait of `AutoAdvanceMapping` is dropped in the Python script (the
+sandbox has no sleep), so the "while the chained hop is running" window of item 1 is not observed;
+the sync start returns after the chain settled.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from instances.models import Job
+from instances.jobs import job_run, jobs_run_due
+from instances.models import InstanceTask, Job
 from instances.status import JobStatus
 from tests.conftest import EXAMPLES_DIR
 
@@ -73,6 +76,19 @@ def history(client: APIClient, ref: str) -> list[tuple[str, str, str]]:
     return [(r["transitionKey"], r["fromState"], r["toState"]) for r in items]
 
 
+def audit(client: APIClient, ref: str) -> list[tuple[str, str, str, str, int, str]]:
+    """History rows with their status, trigger type and actor."""
+    items = client.get(f"{BASE}/{ref}/transitions").json()["items"]
+    return [
+        (r["transitionKey"], r["fromState"], r["toState"], r["status"], r["triggerType"], r["actor"])
+        for r in items
+    ]
+
+
+def make_due(job: Job, *, ago: timedelta = timedelta(0)) -> None:
+    Job.objects.filter(pk=job.pk).update(run_at=timezone.now() - ago)
+
+
 # --- 1. auto winner: no timer is ever armed -------------------------------------------------------
 
 
@@ -117,6 +133,30 @@ def test_auto_winner_then_finish_completes(operator_client):
     assert metadata["effectiveStateSubType"] == "success"
     assert detail(operator_client, instance_id)["attributes"]["timeoutFired"] == 0
     assert timers(instance_id) == []
+
+
+def test_auto_winner_has_no_timer_to_fire_later(operator_client):
+    """Item 1's "after 8 s + 5 s it is still `advanced` with `timeoutFired == 0`": no timer row
+    exists, so running the due jobs (at any later time) changes nothing."""
+    instance_id = started(operator_client, {"attributes": {"mode": "auto"}})
+    assert list(Job.objects.filter(instance_id=instance_id)) == []
+
+    outcome = jobs_run_due()
+
+    assert outcome == {}
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "advanced"
+    assert instance["metadata"]["status"] == "A"
+    assert instance["attributes"]["timeoutFired"] == 0
+    assert instance["attributes"]["autoAdvances"] == 1
+    assert history(operator_client, instance_id) == [
+        ("start-schedule-after-auto", "", "gate"),
+        ("auto-advance", "gate", "advanced"),
+    ]
+    assert scheduled(state_function(operator_client, instance_id)) == []
+    fire(operator_client, instance_id, "finish-advanced")
+    assert jobs_run_due() == {}
+    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "advanced-done"
 
 
 # --- 2. no auto winner: the timer is armed ~8 s ahead ---------------------------------------------
@@ -166,6 +206,71 @@ def test_state_function_lists_the_armed_gate_timeout(operator_client):
     assert timedelta(seconds=6) < executes_at - timezone.now() <= timedelta(seconds=8)
     manual = [t["name"] for t in state["transitions"] if t.get("kind") != "scheduled"]
     assert manual == ["cancel-schedule-after-auto"]
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        pytest.param({"mode": "park", "testId": "t-park"}, id="park"),
+        pytest.param({}, id="no-mode"),
+    ],
+)
+def test_the_due_gate_timeout_fires_into_gate_timedout(operator_client, attributes):
+    instance_id = started(operator_client, {"attributes": attributes})
+    (job,) = timers(instance_id)
+
+    make_due(job)
+    outcome = jobs_run_due()
+
+    assert outcome == {"succeeded": 1}
+    instance = detail(operator_client, instance_id)
+    metadata = instance["metadata"]
+    assert metadata["currentState"] == "gate-timedout"
+    assert metadata["status"] == "C"
+    assert metadata["effectiveStateType"] == "final"
+    # `gate-timedout` is a final state of subType 8, reported by name.
+    assert metadata["effectiveStateSubType"] == "timeout"
+    assert metadata["completedAt"] is not None
+    data = instance["attributes"]
+    assert data["timeoutFired"] == 1
+    assert data["autoAdvances"] == 0
+    assert data["mode"] == "park"
+    assert data.get("testId") == attributes.get("testId")
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (JobStatus.SUCCEEDED, 1)
+    assert audit(operator_client, instance_id) == [
+        ("start-schedule-after-auto", "", "gate", "completed", 0, "operator"),
+        ("gate-timeout", "gate", "gate-timedout", "completed", 2, "scheduler"),
+    ]
+    # The onExecute mapping of the scheduled transition ran once (`TimeoutMapping`).
+    tasks = InstanceTask.objects.filter(instance_id=instance_id).select_related("transition")
+    assert [
+        (t.transition.transition_key if t.transition else None, t.phase, t.status)
+        for t in tasks.order_by("pk")
+    ] == [
+        ("start-schedule-after-auto", "onExecute", "succeeded"),
+        ("gate-timeout", "onExecute", "succeeded"),
+    ]
+    state = state_function(operator_client, instance_id)
+    assert state["state"] == "gate-timedout"
+    assert state["status"] == "C"
+    assert state["stateSubType"] == "timeout"
+    assert state["transitions"] == []
+    # Delivered again, the finished job is skipped: `timeoutFired` stays 1.
+    assert job_run(job.pk) == "skipped"
+    assert jobs_run_due() == {}
+    assert detail(operator_client, instance_id)["attributes"]["timeoutFired"] == 1
+
+
+def test_the_gate_timeout_does_not_fire_before_it_is_due(operator_client):
+    instance_id = started(operator_client, {"attributes": {"mode": "park"}})
+
+    assert jobs_run_due() == {}
+
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "gate"
+    assert instance["attributes"]["timeoutFired"] == 0
+    assert [job.status for job in timers(instance_id)] == [JobStatus.PENDING]
 
 
 def test_free_payload_start_arms_the_timer_too(operator_client):
@@ -234,3 +339,22 @@ def test_cancel_from_gate_ends_in_sched_cancelled_and_cancels_the_timer(operator
     again = fire(operator_client, instance_id, "cancel-schedule-after-auto")
     assert again.status_code == 400
     assert again.json()["errorCode"] == "Instance:100018"
+
+
+def test_a_cancelled_gate_timeout_never_fires(operator_client):
+    instance_id = started(operator_client, {"attributes": {"mode": "park"}})
+    fire(operator_client, instance_id, "cancel-schedule-after-auto")
+    (job,) = timers(instance_id)
+    assert job.status == JobStatus.CANCELLED
+
+    make_due(job, ago=timedelta(seconds=1))
+
+    assert jobs_run_due() == {}
+    assert job_run(job.pk) == "skipped"
+    instance = detail(operator_client, instance_id)
+    assert instance["metadata"]["currentState"] == "sched-cancelled"
+    assert instance["attributes"]["timeoutFired"] == 0
+    assert [row[0] for row in history(operator_client, instance_id)] == [
+        "start-schedule-after-auto",
+        "cancel-schedule-after-auto",
+    ]
