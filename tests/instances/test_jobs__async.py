@@ -261,3 +261,58 @@ def test_prune_keeps_failed_jobs(operator_client, flow):
     Job.objects.update(updated_at=old)
     assert jobs_prune_finished() == 1
     assert list(Job.objects.values_list("status", flat=True)) == ["failed"]
+
+
+def test_update_data_does_not_rearm_timers_but_a_self_transition_does(operator_client):
+    document = timers_workflow()
+    document["attributes"]["states"][0]["transitions"][1]["timer"]["code"] = (
+        "def handler(context):\n    return 'PT1H'\n"
+    )
+    document["attributes"]["states"][0]["transitions"].append(transition("touch", "$self"))
+    document["attributes"]["updateData"] = {
+        "key": "update-data",
+        "target": "$self",
+        "triggerType": 0,
+        "versionStrategy": "Patch",
+        "labels": [{"label": "u", "language": "en"}],
+    }
+    publish(document)
+    created = operator_client.post(f"{TIMERS}/start?sync=true", {}, format="json").json()
+    url = f"{TIMERS}/{created['id']}/transitions"
+    [armed] = Job.objects.filter(kind="timer")
+    operator_client.patch(f"{url}/update-data?sync=true", {"x": 1}, format="json")
+    assert list(Job.objects.filter(kind="timer").values_list("pk", "status")) == [
+        (armed.pk, "pending")
+    ]
+    operator_client.patch(f"{url}/touch?sync=true", {}, format="json")
+    timers = dict(Job.objects.filter(kind="timer").values_list("pk", "status"))
+    assert timers.pop(armed.pk) == "cancelled"
+    assert list(timers.values()) == ["pending"]
+
+
+@pytest.mark.parametrize(
+    ("mapping", "expected_minutes"),
+    [
+        (
+            "from datetime import timedelta\n\ndef handler(context):\n    return timedelta(minutes=5)\n",
+            5,
+        ),
+        ("def handler(context):\n    raise ValueError('no calendar')\n", 60),
+    ],
+    ids=["mapping", "fallback-to-static"],
+)
+def test_workflow_timeout_mapping_and_its_static_fallback(
+    operator_client, mapping, expected_minutes
+):
+    document = timers_workflow()
+    document["attributes"]["timeout"]["mapping"] = {
+        "location": "./src/Timeout.py",
+        "code": mapping,
+        "encoding": "NAT",
+    }
+    publish(document)
+    created = operator_client.post(f"{TIMERS}/start?sync=true", {}, format="json")
+    assert created.status_code == 200
+    timeout = Job.objects.get(kind="timeout")
+    delay = timeout.run_at - Instance.objects.get(pk=created.json()["id"]).created_at
+    assert abs(delay.total_seconds() - expected_minutes * 60) < 5
