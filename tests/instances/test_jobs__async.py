@@ -294,7 +294,8 @@ def test_update_data_does_not_rearm_timers_but_a_self_transition_does(operator_c
     ("mapping", "expected_minutes"),
     [
         (
-            "from datetime import timedelta\n\ndef handler(context):\n    return timedelta(minutes=5)\n",
+            "from datetime import timedelta\n\n"
+            "def handler(context):\n    return timedelta(minutes=5)\n",
             5,
         ),
         ("def handler(context):\n    raise ValueError('no calendar')\n", 60),

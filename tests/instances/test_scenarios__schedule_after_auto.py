@@ -80,7 +80,14 @@ def audit(client: APIClient, ref: str) -> list[tuple[str, str, str, str, int, st
     """History rows with their status, trigger type and actor."""
     items = client.get(f"{BASE}/{ref}/transitions").json()["items"]
     return [
-        (r["transitionKey"], r["fromState"], r["toState"], r["status"], r["triggerType"], r["actor"])
+        (
+            r["transitionKey"],
+            r["fromState"],
+            r["toState"],
+            r["status"],
+            r["triggerType"],
+            r["actor"],
+        )
         for r in items
     ]
 
