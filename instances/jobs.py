@@ -154,9 +154,47 @@ def _claim_postgres(job_id: int, now: datetime) -> Job | None:
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM, {"id": job_id, "now": now, "lease_until": now + _lease()})
         row = cursor.fetchone()
-    if row is None:
-        return None
+    return _claimed(row, now) if row else None
+
+
+# Claim up to `limit` due jobs at once. No row locks are taken: two claimers may pick the same
+# ids, and the status re-check in the outer WHERE lets exactly one of them have each job.
+_CLAIM_DUE = f"""
+UPDATE {Job._meta.db_table} SET
+    status = 'running',
+    attempts = attempts + 1,
+    lease_owner = 'job:' || id || ':' || (attempts + 1),
+    lease_until = %(lease_until)s,
+    updated_at = %(now)s
+WHERE id IN (
+    SELECT id FROM {Job._meta.db_table}
+    WHERE (status = 'pending' AND run_at <= %(now)s)
+       OR (status = 'running' AND lease_until < %(now)s)
+    ORDER BY run_at LIMIT %(limit)s
+) AND (
+    (status = 'pending' AND run_at <= %(now)s) OR (status = 'running' AND lease_until < %(now)s)
+)
+RETURNING id, kind, instance_id, state, payload, run_at, attempts, lease_owner
+"""
+
+
+def jobs_claim_due(limit: int = 100) -> list[Job]:
+    """Claim up to `limit` due jobs in one statement (PostgreSQL), oldest first."""
+    now = timezone.now()
+    if connection.vendor != "postgresql":
+        claimed = (job_claim(job_id) for job_id in jobs_due(limit))
+        return [job for job in claimed if job is not None]
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_DUE, {"now": now, "lease_until": now + _lease(), "limit": limit})
+        rows = cursor.fetchall()
+    jobs = [_claimed(row[1:], now, job_id=row[0]) for row in rows]
+    return sorted(jobs, key=lambda job: job.run_at)
+
+
+def _claimed(row: Any, now: datetime, job_id: int | None = None) -> Job:
     kind, instance_id, state, payload, run_at, attempts, token = row
+    if job_id is None:
+        job_id = int(token.split(":")[1])
     return Job(
         pk=job_id,
         kind=kind,
@@ -202,6 +240,14 @@ def job_run(job_id: int) -> str:
     job = job_claim(job_id)
     if job is None:
         return "skipped"
+    return job_execute(job)
+
+
+def job_execute(job: Job, *, record_success: bool = True) -> str:
+    """Run a job this process has claimed, then record the outcome (fenced by its token).
+
+    `record_success=False` leaves a success for the caller to record in a batch
+    (`jobs_complete_succeeded`); retries and failures are always recorded here."""
     handler = HANDLERS.get(job.kind)
     try:
         if handler is None:
@@ -221,7 +267,29 @@ def job_run(job_id: int) -> str:
             job, JobStatus.PENDING, error=f"{type(exc).__name__}: {exc}", retry_at=retry_at
         )
         return "retry"
+    if not record_success:
+        return "succeeded"
     return "succeeded" if job_complete(job, JobStatus.SUCCEEDED) else "lost-lease"
+
+
+def jobs_complete_succeeded(jobs: list[Job]) -> int:
+    """Record many successes in one statement, each still fenced by its own claim token."""
+    if not jobs:
+        return 0
+    if connection.vendor != "postgresql":
+        return sum(job_complete(job, JobStatus.SUCCEEDED) for job in jobs)
+    rows = ", ".join(["(%s, %s)"] * len(jobs))
+    params: list[Any] = [timezone.now()]
+    for job in jobs:
+        params += [job.pk, job.lease_owner]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} AS job SET status = 'succeeded', last_error = '', "
+            f"updated_at = %s FROM (VALUES {rows}) AS done(id, token) "
+            "WHERE job.id = done.id AND job.status = 'running' AND job.lease_owner = done.token",
+            params,
+        )
+        return cursor.rowcount
 
 
 def jobs_due(limit: int = 100) -> list[int]:

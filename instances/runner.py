@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-from django.db import close_old_connections, connections
+from django.db import connections
 from django.utils import timezone
 
 from instances.models import Job
@@ -31,65 +31,78 @@ class EmbeddedJobRunner(threading.Thread):
 
     def __init__(self, threads: int | None = None) -> None:
         super().__init__(name="vnext-job-runner", daemon=True)
-        self.pool = ThreadPoolExecutor(
-            max_workers=threads or int(vnext_setting("EMBEDDED_RUNNER_THREADS")),
-            thread_name_prefix="vnext-job",
-        )
+        workers = threads or int(vnext_setting("EMBEDDED_RUNNER_THREADS"))
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vnext-job")
+        # Claimed jobs queue briefly for a thread; a few per thread keeps every thread fed.
+        self.capacity = workers * 8
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.in_flight: set[int] = set()
+        self.succeeded: list[Job] = []
         self._lock = threading.Lock()
         self._next_sweep = 0.0
 
     def stop(self) -> None:
-        """Finish running jobs, then stop (closing the pool threads' connections)."""
+        """Finish running jobs, record their outcomes, then stop."""
         self.stopping.set()
         self.wake.set()
         self.join(timeout=10)
-        for _ in range(self.pool._max_workers):
-            self.pool.submit(connections.close_all)
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown(wait=True)
+        self._record_successes()
+        connections.close_all()
 
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
-                close_old_connections()
                 self._sweep_if_due()
-                for job_id in self._due():
-                    self._submit(job_id)
+                self._record_successes()
+                self._claim_and_submit()
                 wait = self._seconds_to_next()
-            except Exception:  # keep the runner alive; the next round retries
+            except Exception:  # keep the runner alive; the next round retries on a new connection
                 logger.exception("embedded job runner round failed")
+                connections.close_all()
                 wait = 1.0
             self.wake.wait(timeout=wait)
             self.wake.clear()
         connections.close_all()
 
-    def _due(self) -> list[int]:
-        from instances.jobs import jobs_due
+    def _record_successes(self) -> None:
+        from instances.jobs import jobs_complete_succeeded
 
         with self._lock:
-            busy = set(self.in_flight)
-        return [job_id for job_id in jobs_due(200) if job_id not in busy]
+            done, self.succeeded = self.succeeded, []
+        # One statement records a batch of successes, each fenced by its claim token.
+        jobs_complete_succeeded(done)
 
-    def _submit(self, job_id: int) -> None:
+    def _claim_and_submit(self) -> None:
+        from instances.jobs import jobs_claim_due
+
         with self._lock:
-            self.in_flight.add(job_id)
-        self.pool.submit(self._run_one, job_id)
+            free = self.capacity - len(self.in_flight)
+        if free <= 0:
+            return
+        # One statement claims a batch; each claimed job is then run by a pool thread.
+        for job in jobs_claim_due(limit=free):
+            with self._lock:
+                self.in_flight.add(int(job.pk))
+            self.pool.submit(self._run_one, job)
 
-    def _run_one(self, job_id: int) -> None:
-        from instances.jobs import job_run
+    def _run_one(self, job: Job) -> None:
+        from instances.jobs import job_execute
 
-        # Pool threads keep their connection between jobs; a broken or expired one is replaced.
-        close_old_connections()
+        # Pool threads keep their connection between jobs (close_old_connections would close
+        # it every time with CONN_MAX_AGE=0); after an error it is replaced.
         try:
-            job_run(job_id)
+            if job_execute(job, record_success=False) == "succeeded":
+                with self._lock:
+                    self.succeeded.append(job)
         except Exception:
-            logger.exception("job %s crashed the runner thread", job_id)
+            logger.exception("job %s crashed the runner thread", job.pk)
+            connections.close_all()
         finally:
             with self._lock:
-                self.in_flight.discard(job_id)
-            self.wake.set()  # the next due job may be waiting for a free thread
+                self.in_flight.discard(int(job.pk))
+            self.wake.set()  # a thread is free: the next due jobs may be waiting for it
 
     def _seconds_to_next(self) -> float:
         upcoming = (

@@ -226,7 +226,7 @@ def test_transition_errors_in_initialize_state(operator_client):
 
 def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(operator_client, passed):
     (job,) = timers(passed)
-    assert timedelta(seconds=8) < job.run_at - timezone.now() <= timedelta(seconds=10)
+    assert timedelta(seconds=5) < job.run_at - timezone.now() <= timedelta(seconds=10)
     assert jobs_run_due() == {}  # not due yet
 
     make_due(job)
