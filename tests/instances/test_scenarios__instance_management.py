@@ -258,7 +258,9 @@ def test_state_function_lists_manual_transitions_and_answers_304(operator_client
     assert body["status"] == "A"
     assert [t["name"] for t in body["transitions"]] == ["process", "fast-complete"]
     assert body["transitions"][0]["href"].endswith(f"/{instance_id}/transitions/process")
-    assert body["timeout"] == {"key": "workflow-timeout", "target": "timeout-state"}
+    timeout = body["timeout"]
+    assert (timeout["key"], timeout["target"]) == ("workflow-timeout", "timeout-state")
+    assert timeout["executeAtUtc"].endswith("Z")
     assert response["ETag"] == f'"{body["eTag"]}"'
     assert operator_client.get(url, headers={"If-None-Match": response["ETag"]}).status_code == 304
 
