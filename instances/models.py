@@ -85,7 +85,10 @@ class InstanceTransition(models.Model):
     """One attempt to run a transition on an instance (the history the API shows)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="transitions")
+    # The (instance, started_at) index serves the foreign key too: no separate index.
+    instance = models.ForeignKey(
+        Instance, on_delete=models.CASCADE, related_name="transitions", db_index=False
+    )
     transition_key = models.CharField(max_length=200)
     from_state = models.CharField(max_length=200, blank=True)
     to_state = models.CharField(max_length=200, blank=True)
@@ -114,7 +117,9 @@ class InstanceTransition(models.Model):
 class InstanceDataVersion(models.Model):
     """The instance data after each change, for audit and diffs."""
 
-    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="data_versions")
+    instance = models.ForeignKey(
+        Instance, on_delete=models.CASCADE, related_name="data_versions", db_index=False
+    )
     transition = models.ForeignKey(
         InstanceTransition, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -133,7 +138,9 @@ class InstanceDataVersion(models.Model):
 class InstanceTask(models.Model):
     """Task journal: one row per task execution (`{fanOutKey}#{index}` for fan-out items)."""
 
-    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="tasks")
+    instance = models.ForeignKey(
+        Instance, on_delete=models.CASCADE, related_name="tasks", db_index=False
+    )
     transition = models.ForeignKey(
         InstanceTransition, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -158,7 +165,9 @@ class InstanceTask(models.Model):
 class Incident(models.Model):
     """A failure an operator may need to see. Never a stack trace."""
 
-    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="incidents")
+    instance = models.ForeignKey(
+        Instance, on_delete=models.CASCADE, related_name="incidents", db_index=False
+    )
     transition = models.ForeignKey(
         InstanceTransition, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -210,7 +219,12 @@ class Job(models.Model):
 
     kind = models.CharField(max_length=40)
     instance = models.ForeignKey(
-        Instance, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+        Instance,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="jobs",
+        db_index=False,  # covered by the (instance, status) index
     )
     state = models.CharField(max_length=200, blank=True)  # the state a timer belongs to
     payload = models.JSONField(default=dict, blank=True)
