@@ -55,8 +55,12 @@ class OrmLocks:
 
     def release(self, key: str, owner: uuid.UUID) -> LockRelease:
         """Delete `owner`'s row for `key`. A missing or expired lock is a success."""
-        if ResourceLock.objects.filter(key=key, owner=owner).delete()[0]:
-            return LockRelease.RELEASED
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {_TABLE} WHERE key = %s AND owner = %s", [key, _owner(owner)]
+            )
+            if cursor.rowcount:
+                return LockRelease.RELEASED
         held = ResourceLock.objects.filter(key=key, expires_at__gt=timezone.now()).exists()
         return LockRelease.HELD_BY_OTHER if held else LockRelease.MISSING
 
