@@ -12,94 +12,28 @@ Timers fire: instead of waiting ~10 s a test makes the armed `Job` row due
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from instances.jobs import job_run, jobs_run_due
 from instances.models import Instance, InstanceTask, Job
 from instances.status import JobStatus
-from tests.conftest import EXAMPLES_DIR
+from tests.instances.scenario_api import (
+    TRIGGER,
+    WorkflowApi,
+    api_fixture,
+    at,
+    make_due,
+    scheduled,
+    timers,
+)
 
 pytestmark = pytest.mark.django_db
 
-BASE = "/api/v1/core/workflows/lifecycle-transitions-test-workflow/instances"
+api = api_fixture("lifecycle-transitions-test-workflow", audit=TRIGGER)
 TIMER = "scheduled-timer-transition"
-
-
-@pytest.fixture(autouse=True)
-def examples(db: None) -> None:
-    call_command("import_components", str(EXAMPLES_DIR), "--no-progress")
-
-
-def start(client: APIClient, body: Any) -> Any:
-    return client.post(f"{BASE}/start?sync=true", body, format="json")
-
-
-def started(client: APIClient, attributes: dict[str, Any], **envelope: Any) -> str:
-    response = start(client, {**envelope, "attributes": attributes})
-    assert response.status_code == 200, response.json()
-    return str(response.json()["id"])
-
-
-def fire(client: APIClient, ref: str, transition: str, body: Any = None) -> Any:
-    url = f"{BASE}/{ref}/transitions/{transition}?sync=true"
-    return client.patch(url, {} if body is None else body, format="json")
-
-
-def fired(client: APIClient, ref: str, transition: str, body: Any = None) -> dict[str, Any]:
-    response = fire(client, ref, transition, body)
-    assert response.status_code == 200, response.json()
-    answer: dict[str, Any] = response.json()
-    return answer
-
-
-def detail(client: APIClient, ref: str) -> dict[str, Any]:
-    response = client.get(f"{BASE}/{ref}")
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def state_function(client: APIClient, ref: str) -> dict[str, Any]:
-    response = client.get(f"{BASE}/{ref}/functions/state")
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def history(client: APIClient, ref: str) -> list[tuple[str, str, str, str]]:
-    items = client.get(f"{BASE}/{ref}/transitions").json()["items"]
-    return [(r["transitionKey"], r["fromState"], r["toState"], r["status"]) for r in items]
-
-
-def timers(instance_id: str) -> list[Job]:
-    return list(Job.objects.filter(instance_id=instance_id, kind="timer").order_by("pk"))
-
-
-def scheduled(state: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in state["transitions"] if t.get("kind") == "scheduled"]
-
-
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def audit(client: APIClient, ref: str) -> list[tuple[str, str, str, int, str]]:
-    """History rows with their trigger type and actor."""
-    items = client.get(f"{BASE}/{ref}/transitions").json()["items"]
-    return [
-        (r["transitionKey"], r["fromState"], r["toState"], r["triggerType"], r["actor"])
-        for r in items
-    ]
-
-
-def make_due(job: Job, *, ago: timedelta = timedelta(0)) -> None:
-    Job.objects.filter(pk=job.pk).update(run_at=timezone.now() - ago)
 
 
 PASS_PATH = [
@@ -110,20 +44,20 @@ PASS_PATH = [
 
 
 @pytest.fixture
-def passed(operator_client) -> str:
+def passed(api: WorkflowApi) -> str:
     """An instance on the pass path, parked in `auto-passed-state` with its timer armed."""
-    instance_id = started(operator_client, {"testPath": "pass", "testId": "t-pass"})
-    fired(operator_client, instance_id, "move-to-processing")
+    instance_id = api.started({"attributes": {"testPath": "pass", "testId": "t-pass"}})
+    api.fired(instance_id, "move-to-processing")
     return instance_id
 
 
 # --- 1. pass path, up to the armed timer ----------------------------------------------------------
 
 
-def test_start_runs_the_initialize_mapping(operator_client):
-    instance_id = started(operator_client, {"testPath": "pass"})
+def test_start_runs_the_initialize_mapping(api):
+    instance_id = api.started({"attributes": {"testPath": "pass"}})
 
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "initialize-state"
     assert instance["metadata"]["status"] == "A"
     data = instance["attributes"]
@@ -134,23 +68,21 @@ def test_start_runs_the_initialize_mapping(operator_client):
     assert timers(instance_id) == []
 
 
-def test_start_without_test_path_defaults_to_pass(operator_client):
-    instance_id = started(operator_client, {})
+def test_start_without_test_path_defaults_to_pass(api):
+    instance_id = api.started({"attributes": {}})
 
-    assert detail(operator_client, instance_id)["attributes"]["testPath"] == "pass"
+    assert api.detail(instance_id)["attributes"]["testPath"] == "pass"
 
 
-def test_pass_path_runs_mapping_entry_rules_exit_then_arms_the_timer(operator_client):
-    instance_id = started(operator_client, {"testPath": "pass"})
+def test_pass_path_runs_mapping_entry_rules_exit_then_arms_the_timer(api):
+    instance_id = api.started({"attributes": {"testPath": "pass"}})
     before = timezone.now()
 
-    answer = fired(
-        operator_client, instance_id, "move-to-processing", {"attributes": {"injected": "x"}}
-    )
+    answer = api.fired(instance_id, "move-to-processing", {"attributes": {"injected": "x"}})
 
     after = timezone.now()
     assert answer["status"] == "A"
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "auto-passed-state"
     assert instance["metadata"]["effectiveStateType"] == "intermediate"
     data = instance["attributes"]
@@ -164,7 +96,7 @@ def test_pass_path_runs_mapping_entry_rules_exit_then_arms_the_timer(operator_cl
     assert "injected" not in data
     # Transition mapping, then onEntry, then (after the rules chose) onExit.
     assert at(data["transitionMappingAt"]) <= at(data["processedAt"]) <= at(data["exitedAt"])
-    assert history(operator_client, instance_id) == [
+    assert api.history(instance_id) == [
         ("start-lifecycle-test", "", "initialize-state", "completed"),
         ("move-to-processing", "initialize-state", "processing-state", "completed"),
         ("auto-pass-transition", "processing-state", "auto-passed-state", "completed"),
@@ -182,8 +114,8 @@ def test_pass_path_runs_mapping_entry_rules_exit_then_arms_the_timer(operator_cl
     assert before + timedelta(seconds=9) <= job.run_at <= after + timedelta(seconds=11)
 
 
-def test_state_function_lists_the_armed_timer(operator_client, passed):
-    state = state_function(operator_client, passed)
+def test_state_function_lists_the_armed_timer(api, passed):
+    state = api.state(passed)
 
     assert state["state"] == "auto-passed-state"
     assert state["status"] == "A"
@@ -199,32 +131,32 @@ def test_state_function_lists_the_armed_timer(operator_client, passed):
     )
 
 
-def test_a_scheduled_transition_cannot_be_fired_by_a_client(operator_client, passed):
-    response = fire(operator_client, passed, TIMER)
+def test_a_scheduled_transition_cannot_be_fired_by_a_client(api, passed):
+    response = api.fire(passed, TIMER)
 
     assert response.status_code == 400
     assert response.json()["errorCode"] == "Transition:100020"
-    assert detail(operator_client, passed)["metadata"]["currentState"] == "auto-passed-state"
+    assert api.detail(passed)["metadata"]["currentState"] == "auto-passed-state"
     assert [job.status for job in timers(passed)] == [JobStatus.PENDING]
 
 
-def test_transition_errors_in_initialize_state(operator_client):
-    instance_id = started(operator_client, {"testPath": "pass"})
+def test_transition_errors_in_initialize_state(api):
+    instance_id = api.started({"attributes": {"testPath": "pass"}})
 
-    not_here = fire(operator_client, instance_id, "complete-workflow")
-    unknown = fire(operator_client, instance_id, "no-such-transition")
+    not_here = api.fire(instance_id, "complete-workflow")
+    unknown = api.fire(instance_id, "no-such-transition")
 
     assert not_here.status_code == 400
     assert not_here.json()["errorCode"] == "Transition:100020"
     assert unknown.status_code == 404
     assert unknown.json()["errorCode"] == "Transition:100004"
-    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "initialize-state"
-    assert history(operator_client, instance_id) == [
+    assert api.detail(instance_id)["metadata"]["currentState"] == "initialize-state"
+    assert api.history(instance_id) == [
         ("start-lifecycle-test", "", "initialize-state", "completed"),
     ]
 
 
-def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(operator_client, passed):
+def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(api, passed):
     (job,) = timers(passed)
     assert timedelta(seconds=5) < job.run_at - timezone.now() <= timedelta(seconds=10)
     assert jobs_run_due() == {}  # not due yet
@@ -235,7 +167,7 @@ def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(operator_
     assert outcome == {"succeeded": 1}
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.SUCCEEDED, 1)
-    instance = detail(operator_client, passed)
+    instance = api.detail(passed)
     assert instance["metadata"]["currentState"] == "pre-complete-state"
     assert instance["metadata"]["status"] == "A"
     assert instance["metadata"]["effectiveStateType"] == "intermediate"
@@ -248,7 +180,7 @@ def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(operator_
     assert data["processEntryExecuted"] is True
     assert data["processExitExecuted"] is True
     assert data["testId"] == "t-pass"
-    rows = audit(operator_client, passed)
+    rows = api.audit(passed)
     assert rows[:3] == PASS_PATH
     # The timer runs with the Scheduled profile; the auto hop it chains is triggered by it.
     assert rows[3] == (TIMER, "auto-passed-state", "timer-triggered-state", 2, "scheduler")
@@ -260,11 +192,11 @@ def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(operator_
         "scheduler",
     )
     assert len(rows) == 5
-    assert {row[3] for row in history(operator_client, passed)} == {"completed"}
+    assert {row[3] for row in api.history(passed)} == {"completed"}
     # After the three tasks of the pass path, the onEntry of timer-triggered-state.
     phases = InstanceTask.objects.filter(instance_id=passed).order_by("pk")
     assert [(t.phase, t.status) for t in phases][3:] == [("onEntry", "succeeded")]
-    state = state_function(operator_client, passed)
+    state = api.state(passed)
     assert state["state"] == "pre-complete-state"
     assert scheduled(state) == []
     assert [t["name"] for t in state["transitions"]] == [
@@ -274,18 +206,18 @@ def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(operator_
     ]
     # Delivered again, the finished job changes nothing.
     assert job_run(job.pk) == "skipped"
-    assert len(audit(operator_client, passed)) == 5
+    assert len(api.audit(passed)) == 5
 
-    completed = fired(operator_client, passed, "complete-workflow")
+    completed = api.fired(passed, "complete-workflow")
 
     assert completed["status"] == "C"
-    metadata = detail(operator_client, passed)["metadata"]
+    metadata = api.detail(passed)["metadata"]
     assert metadata["currentState"] == "completed-state"
     assert metadata["status"] == "C"
     assert metadata["effectiveStateType"] == "final"
     assert metadata["effectiveStateSubType"] == "success"
     assert metadata["completedAt"] is not None
-    assert audit(operator_client, passed)[-1] == (
+    assert api.audit(passed)[-1] == (
         "complete-workflow",
         "pre-complete-state",
         "completed-state",
@@ -299,41 +231,41 @@ def test_the_timer_fires_through_timer_triggered_state_to_pre_complete(operator_
 # --- 2. fail path ---------------------------------------------------------------------------------
 
 
-def test_fail_path_ends_in_auto_failed_state(operator_client):
-    instance_id = started(operator_client, {"testPath": "fail"})
+def test_fail_path_ends_in_auto_failed_state(api):
+    instance_id = api.started({"attributes": {"testPath": "fail"}})
 
-    answer = fired(operator_client, instance_id, "move-to-processing")
+    answer = api.fired(instance_id, "move-to-processing")
 
     assert answer["status"] == "C"
-    metadata = detail(operator_client, instance_id)["metadata"]
+    metadata = api.detail(instance_id)["metadata"]
     assert metadata["currentState"] == "auto-failed-state"
     assert metadata["status"] == "C"
     assert metadata["effectiveStateType"] == "final"
     assert metadata["effectiveStateSubType"] == "error"
     assert metadata["completedAt"] is not None
-    assert history(operator_client, instance_id)[-1] == (
+    assert api.history(instance_id)[-1] == (
         "auto-fail-transition",
         "processing-state",
         "auto-failed-state",
         "completed",
     )
-    assert detail(operator_client, instance_id)["attributes"]["processExitExecuted"] is True
+    assert api.detail(instance_id)["attributes"]["processExitExecuted"] is True
     assert timers(instance_id) == []
 
 
 # --- 3. default auto transition -------------------------------------------------------------------
 
 
-def test_default_auto_transition_when_no_rule_matches(operator_client):
-    instance_id = started(operator_client, {"testPath": "unknown"})
+def test_default_auto_transition_when_no_rule_matches(api):
+    instance_id = api.started({"attributes": {"testPath": "unknown"}})
 
-    answer = fired(operator_client, instance_id, "move-to-processing")
+    answer = api.fired(instance_id, "move-to-processing")
 
     assert answer["status"] == "C"
-    metadata = detail(operator_client, instance_id)["metadata"]
+    metadata = api.detail(instance_id)["metadata"]
     assert metadata["currentState"] == "completed-state"
     assert metadata["effectiveStateSubType"] == "success"
-    assert history(operator_client, instance_id)[1:] == [
+    assert api.history(instance_id)[1:] == [
         ("move-to-processing", "initialize-state", "processing-state", "completed"),
         ("default-auto-transition", "processing-state", "default-fallback-state", "completed"),
         ("fallback-to-complete", "default-fallback-state", "completed-state", "completed"),
@@ -344,32 +276,32 @@ def test_default_auto_transition_when_no_rule_matches(operator_client):
 # --- 4. idempotent start --------------------------------------------------------------------------
 
 
-def test_idempotent_start_by_key(operator_client):
-    first = start(operator_client, {"key": "lt-key-1", "attributes": {"testPath": "pass"}})
-    second = start(operator_client, {"key": "lt-key-1", "attributes": {"testPath": "fail"}})
+def test_idempotent_start_by_key(api):
+    first = api.start({"key": "lt-key-1", "attributes": {"testPath": "pass"}})
+    second = api.start({"key": "lt-key-1", "attributes": {"testPath": "fail"}})
 
     assert first.status_code == second.status_code == 200
     assert first.json()["id"] == second.json()["id"]
     assert Instance.objects.filter(workflow_key="lifecycle-transitions-test-workflow").count() == 1
-    assert detail(operator_client, "lt-key-1")["attributes"]["testPath"] == "pass"
+    assert api.detail("lt-key-1")["attributes"]["testPath"] == "pass"
 
 
 # --- 5. cancel from any state ---------------------------------------------------------------------
 
 
-def _to_initialize(client: APIClient) -> str:
-    return started(client, {"testPath": "pass"})
+def _to_initialize(api: WorkflowApi) -> str:
+    return api.started({"attributes": {"testPath": "pass"}})
 
 
-def _to_auto_passed(client: APIClient) -> str:
-    instance_id = _to_initialize(client)
-    fired(client, instance_id, "move-to-processing")
+def _to_auto_passed(api: WorkflowApi) -> str:
+    instance_id = _to_initialize(api)
+    api.fired(instance_id, "move-to-processing")
     return instance_id
 
 
-def _to_pre_complete(client: APIClient) -> str:
-    instance_id = _to_auto_passed(client)
-    fired(client, instance_id, "cancel-schedule-manually")
+def _to_pre_complete(api: WorkflowApi) -> str:
+    instance_id = _to_auto_passed(api)
+    api.fired(instance_id, "cancel-schedule-manually")
     return instance_id
 
 
@@ -381,37 +313,35 @@ def _to_pre_complete(client: APIClient) -> str:
         pytest.param(_to_pre_complete, id="pre-complete-state"),
     ],
 )
-def test_cancel_workflow_from_any_live_state(operator_client, reach):
-    instance_id = reach(operator_client)
-    source = detail(operator_client, instance_id)["metadata"]["currentState"]
+def test_cancel_workflow_from_any_live_state(api, reach):
+    instance_id = reach(api)
+    source = api.detail(instance_id)["metadata"]["currentState"]
 
-    answer = fired(operator_client, instance_id, "cancel-workflow")
+    answer = api.fired(instance_id, "cancel-workflow")
 
     assert answer["status"] == "C"
-    metadata = detail(operator_client, instance_id)["metadata"]
+    metadata = api.detail(instance_id)["metadata"]
     assert metadata["currentState"] == "terminated-state"
     assert metadata["status"] == "C"
     assert metadata["effectiveStateType"] == "final"
     # DESIGN section 5: a cancelled instance reports the `cancelled` sub-type.
     assert metadata["effectiveStateSubType"] == "cancelled"
     assert metadata["completedAt"] is not None
-    assert history(operator_client, instance_id)[-1] == (
+    assert api.history(instance_id)[-1] == (
         "cancel-workflow",
         source,
         "terminated-state",
         "completed",
     )
     assert all(job.status == JobStatus.CANCELLED for job in timers(instance_id))
-    assert scheduled(state_function(operator_client, instance_id)) == []
-    assert fire(operator_client, instance_id, "cancel-workflow").json()["errorCode"] == (
-        "Instance:100018"
-    )
+    assert scheduled(api.state(instance_id)) == []
+    assert api.fire(instance_id, "cancel-workflow").json()["errorCode"] == "Instance:100018"
 
 
-def test_cancel_cancels_the_pending_timer(operator_client, passed):
+def test_cancel_cancels_the_pending_timer(api, passed):
     assert [job.status for job in timers(passed)] == [JobStatus.PENDING]
 
-    fired(operator_client, passed, "cancel-workflow")
+    api.fired(passed, "cancel-workflow")
 
     assert [job.status for job in timers(passed)] == [JobStatus.CANCELLED]
 
@@ -419,13 +349,13 @@ def test_cancel_cancels_the_pending_timer(operator_client, passed):
 # --- 6. exit --------------------------------------------------------------------------------------
 
 
-def test_exit_from_initialize_state_runs_the_exit_mapping(operator_client):
-    instance_id = started(operator_client, {"testPath": "pass", "testId": "t-exit"})
+def test_exit_from_initialize_state_runs_the_exit_mapping(api):
+    instance_id = api.started({"attributes": {"testPath": "pass", "testId": "t-exit"}})
 
-    answer = fired(operator_client, instance_id, "exit-workflow")
+    answer = api.fired(instance_id, "exit-workflow")
 
     assert answer["status"] == "C"
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "terminated-state"
     assert instance["metadata"]["status"] == "C"
     assert instance["metadata"]["effectiveStateSubType"] == "terminated"
@@ -433,7 +363,7 @@ def test_exit_from_initialize_state_runs_the_exit_mapping(operator_client):
     assert data["exitExecuted"] is True
     assert at(data["exitAt"]).tzinfo is not None
     assert data["testId"] == "t-exit"
-    assert history(operator_client, instance_id)[-1] == (
+    assert api.history(instance_id)[-1] == (
         "exit-workflow",
         "initialize-state",
         "terminated-state",
@@ -441,10 +371,10 @@ def test_exit_from_initialize_state_runs_the_exit_mapping(operator_client):
     )
 
 
-def test_exit_is_offered_in_initialize_state(operator_client):
-    instance_id = started(operator_client, {"testPath": "pass"})
+def test_exit_is_offered_in_initialize_state(api):
+    instance_id = api.started({"attributes": {"testPath": "pass"}})
 
-    transitions = state_function(operator_client, instance_id)["transitions"]
+    transitions = api.state(instance_id)["transitions"]
 
     assert [(t["name"], t.get("kind")) for t in transitions] == [
         ("move-to-processing", None),
@@ -453,23 +383,23 @@ def test_exit_is_offered_in_initialize_state(operator_client):
     ]
 
 
-def test_exit_is_refused_outside_its_available_states(operator_client, passed):
-    offered = [t["name"] for t in state_function(operator_client, passed)["transitions"]]
+def test_exit_is_refused_outside_its_available_states(api, passed):
+    offered = [t["name"] for t in api.state(passed)["transitions"]]
 
-    refused = fire(operator_client, passed, "exit-workflow")
+    refused = api.fire(passed, "exit-workflow")
 
     assert "exit-workflow" not in offered
     assert refused.status_code == 400
     assert refused.json()["errorCode"] == "Transition:100020"
-    assert detail(operator_client, passed)["metadata"]["currentState"] == "auto-passed-state"
+    assert api.detail(passed)["metadata"]["currentState"] == "auto-passed-state"
 
 
-def test_exit_from_pre_complete_state(operator_client):
-    instance_id = _to_pre_complete(operator_client)
+def test_exit_from_pre_complete_state(api):
+    instance_id = _to_pre_complete(api)
 
-    fired(operator_client, instance_id, "exit-workflow")
+    api.fired(instance_id, "exit-workflow")
 
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "terminated-state"
     assert instance["attributes"]["exitExecuted"] is True
 
@@ -477,11 +407,11 @@ def test_exit_from_pre_complete_state(operator_client):
 # --- 7. cancel the timer manually -----------------------------------------------------------------
 
 
-def test_cancel_schedule_manually_cancels_the_timer_then_complete(operator_client, passed):
-    answer = fired(operator_client, passed, "cancel-schedule-manually")
+def test_cancel_schedule_manually_cancels_the_timer_then_complete(api, passed):
+    answer = api.fired(passed, "cancel-schedule-manually")
 
     assert answer["status"] == "A"
-    state = state_function(operator_client, passed)
+    state = api.state(passed)
     assert state["state"] == "pre-complete-state"
     assert scheduled(state) == []
     assert [t["name"] for t in state["transitions"]] == [
@@ -493,17 +423,17 @@ def test_cancel_schedule_manually_cancels_the_timer_then_complete(operator_clien
         (JobStatus.CANCELLED, "auto-passed-state")
     ]
 
-    completed = fired(operator_client, passed, "complete-workflow")
+    completed = api.fired(passed, "complete-workflow")
 
     assert completed["status"] == "C"
-    metadata = detail(operator_client, passed)["metadata"]
+    metadata = api.detail(passed)["metadata"]
     assert metadata["currentState"] == "completed-state"
     assert metadata["effectiveStateSubType"] == "success"
     assert [job.status for job in timers(passed)] == [JobStatus.CANCELLED]
 
 
-def test_a_manually_cancelled_timer_never_fires(operator_client, passed):
-    fired(operator_client, passed, "cancel-schedule-manually")
+def test_a_manually_cancelled_timer_never_fires(api, passed):
+    api.fired(passed, "cancel-schedule-manually")
     (job,) = timers(passed)
     assert job.status == JobStatus.CANCELLED
 
@@ -511,11 +441,11 @@ def test_a_manually_cancelled_timer_never_fires(operator_client, passed):
 
     assert jobs_run_due() == {}
     assert job_run(job.pk) == "skipped"
-    instance = detail(operator_client, passed)
+    instance = api.detail(passed)
     assert instance["metadata"]["currentState"] == "pre-complete-state"
     assert instance["metadata"]["status"] == "A"
     assert "timerTriggered" not in instance["attributes"]
-    assert [row[0] for row in audit(operator_client, passed)] == [
+    assert [row[0] for row in api.audit(passed)] == [
         "start-lifecycle-test",
         "move-to-processing",
         "auto-pass-transition",
@@ -524,29 +454,29 @@ def test_a_manually_cancelled_timer_never_fires(operator_client, passed):
     assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
 
 
-def test_a_stale_timer_of_a_state_already_left_is_void(operator_client, passed):
+def test_a_stale_timer_of_a_state_already_left_is_void(api, passed):
     """Belt and braces: a timer row still pending (say, a cancel that raced) whose state was
     left is run but applies nothing."""
-    fired(operator_client, passed, "cancel-schedule-manually")
+    api.fired(passed, "cancel-schedule-manually")
     (job,) = timers(passed)
     Job.objects.filter(pk=job.pk).update(status=JobStatus.PENDING, run_at=timezone.now())
 
     assert jobs_run_due() == {"succeeded": 1}
 
-    instance = detail(operator_client, passed)
+    instance = api.detail(passed)
     assert instance["metadata"]["currentState"] == "pre-complete-state"
     assert "timerTriggered" not in instance["attributes"]
-    assert TIMER not in [row[0] for row in audit(operator_client, passed)]
+    assert TIMER not in [row[0] for row in api.audit(passed)]
 
 
 # --- 8. re-arm the timer with a $self transition --------------------------------------------------
 
 
-def test_reschedule_timer_rearms_from_now(operator_client, passed):
+def test_reschedule_timer_rearms_from_now(api, passed):
     (old,) = timers(passed)
     before = timezone.now()
 
-    answer = fired(operator_client, passed, "reschedule-timer")
+    answer = api.fired(passed, "reschedule-timer")
 
     after = timezone.now()
     assert answer["status"] == "A"
@@ -559,11 +489,11 @@ def test_reschedule_timer_rearms_from_now(operator_client, passed):
     assert new.payload["transition"] == TIMER
     assert before + timedelta(seconds=9) <= new.run_at <= after + timedelta(seconds=11)
     assert new.run_at >= old.run_at
-    state = state_function(operator_client, passed)
+    state = api.state(passed)
     assert state["state"] == "auto-passed-state"
     (entry,) = scheduled(state)
     assert at(entry["executeAtUtc"]) == new.run_at
-    assert history(operator_client, passed)[-1] == (
+    assert api.history(passed)[-1] == (
         "reschedule-timer",
         "auto-passed-state",
         "auto-passed-state",
@@ -571,19 +501,19 @@ def test_reschedule_timer_rearms_from_now(operator_client, passed):
     )
 
 
-def test_reschedule_twice_keeps_exactly_one_pending_timer(operator_client, passed):
-    fired(operator_client, passed, "reschedule-timer")
-    fired(operator_client, passed, "reschedule-timer")
+def test_reschedule_twice_keeps_exactly_one_pending_timer(api, passed):
+    api.fired(passed, "reschedule-timer")
+    api.fired(passed, "reschedule-timer")
 
     statuses = [job.status for job in timers(passed)]
     assert statuses == [JobStatus.CANCELLED, JobStatus.CANCELLED, JobStatus.PENDING]
-    assert len(scheduled(state_function(operator_client, passed))) == 1
+    assert len(scheduled(api.state(passed))) == 1
 
 
-def test_the_rearmed_timer_fires_and_the_old_one_does_not(operator_client, passed):
+def test_the_rearmed_timer_fires_and_the_old_one_does_not(api, passed):
     (old,) = timers(passed)
 
-    fired(operator_client, passed, "reschedule-timer")
+    api.fired(passed, "reschedule-timer")
 
     old.refresh_from_db()
     new = Job.objects.get(instance_id=passed, kind="timer", status=JobStatus.PENDING)
@@ -592,20 +522,20 @@ def test_the_rearmed_timer_fires_and_the_old_one_does_not(operator_client, passe
     # The old deadline passing changes nothing.
     make_due(old, ago=timedelta(seconds=1))
     assert jobs_run_due() == {}
-    assert detail(operator_client, passed)["metadata"]["currentState"] == "auto-passed-state"
+    assert api.detail(passed)["metadata"]["currentState"] == "auto-passed-state"
 
     make_due(new)
     outcome = jobs_run_due()
 
     assert outcome == {"succeeded": 1}
-    instance = detail(operator_client, passed)
+    instance = api.detail(passed)
     assert instance["metadata"]["currentState"] == "pre-complete-state"
     assert instance["attributes"]["timerTriggered"] is True
     assert [(job.pk, job.status) for job in timers(passed)] == [
         (old.pk, JobStatus.CANCELLED),
         (new.pk, JobStatus.SUCCEEDED),
     ]
-    rows = audit(operator_client, passed)
+    rows = api.audit(passed)
     assert [row[0] for row in rows] == [
         "start-lifecycle-test",
         "move-to-processing",

@@ -5,55 +5,17 @@ schema-less `complete` that never writes envelope fields into the data."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pytest
-from django.core.management import call_command
-from rest_framework.test import APIClient
 
 from instances.models import Instance
-from tests.conftest import EXAMPLES_DIR
+from tests.instances.scenario_api import api_fixture, pointers
 
 pytestmark = pytest.mark.django_db
 
-BASE = "/api/v1/core/workflows/payload-modes/instances"
+api = api_fixture("payload-modes")
 VALID = {"session": "s-1", "customer": {"ownerUserId": "user-1"}}
-
-
-@pytest.fixture(autouse=True)
-def examples(db: None) -> None:
-    call_command("import_components", str(EXAMPLES_DIR), "--no-progress")
-
-
-def start(client: APIClient, body: Any, **headers: str) -> Any:
-    return client.post(f"{BASE}/start?sync=true", body, format="json", headers=headers)
-
-
-def fire(client: APIClient, ref: str, transition: str, body: Any = None, **headers: str) -> Any:
-    url = f"{BASE}/{ref}/transitions/{transition}?sync=true"
-    return client.patch(url, {} if body is None else body, format="json", headers=headers)
-
-
-def started(client: APIClient, body: Any = None) -> str:
-    response = start(client, {"attributes": VALID} if body is None else body)
-    assert response.status_code == 200, response.json()
-    return str(response.json()["id"])
-
-
-def detail(client: APIClient, ref: str) -> dict[str, Any]:
-    response = client.get(f"{BASE}/{ref}")
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def pointers(response: Any) -> dict[str, str]:
-    """The field-level errors of a 400 `App:900002` body, by pointer."""
-    assert response.status_code == 400, response.json()
-    body = response.json()
-    assert body["errorCode"] == "App:900002"
-    assert body["status"] == 400
-    return {error["pointer"]: error["message"] for error in body["errors"]}
+START = {"attributes": VALID}
 
 
 # --- 1. equivalent start bodies -------------------------------------------------------------------
@@ -68,8 +30,8 @@ def pointers(response: Any) -> dict[str, str]:
         pytest.param(VALID, id="free-payload"),
     ],
 )
-def test_envelope_and_free_payload_starts_store_the_same_data(operator_client, body):
-    response = start(operator_client, body)
+def test_envelope_and_free_payload_starts_store_the_same_data(api, body):
+    response = api.start(body)
 
     assert response.status_code == 200, response.json()
     answer = response.json()
@@ -77,18 +39,18 @@ def test_envelope_and_free_payload_starts_store_the_same_data(operator_client, b
     assert answer["attributes"] == VALID
     assert answer["key"] == body.get("key")
     assert response["ETag"] == f'"{answer["eTag"]}"'
-    instance = detail(operator_client, answer["id"])
+    instance = api.detail(answer["id"])
     assert instance["metadata"]["currentState"] == "collect-payload"
     assert instance["attributes"] == VALID
-    data = operator_client.get(f"{BASE}/{answer['id']}/functions/data").json()
+    data = api.function(answer["id"], "data").json()
     assert data["data"] == VALID
 
 
-def test_envelope_key_and_tags_go_to_the_instance_not_the_data(operator_client):
+def test_envelope_key_and_tags_go_to_the_instance_not_the_data(api):
     key = f"pm-{uuid.uuid4()}"
-    instance_id = started(operator_client, {"key": key, "tags": ["a", "b"], "attributes": VALID})
+    instance_id = api.started({"key": key, "tags": ["a", "b"], "attributes": VALID})
 
-    instance = detail(operator_client, key)
+    instance = api.detail(key)
     assert instance["id"] == instance_id
     assert instance["key"] == key
     assert instance["tags"] == ["a", "b"]
@@ -106,8 +68,8 @@ def test_envelope_key_and_tags_go_to_the_instance_not_the_data(operator_client):
         pytest.param({"tags": ["t1"], "stage": "intake"}, id="tags-and-stage"),
     ],
 )
-def test_envelope_without_attributes_reports_only_missing_business_fields(operator_client, body):
-    errors = pointers(start(operator_client, body))
+def test_envelope_without_attributes_reports_only_missing_business_fields(api, body):
+    errors = pointers(api.start(body))
 
     assert errors == {"/attributes/session": "is required", "/attributes/customer": "is required"}
     assert not any(field in pointer for pointer in errors for field in ("key", "tags", "stage"))
@@ -140,24 +102,24 @@ def test_envelope_without_attributes_reports_only_missing_business_fields(operat
         ),
     ],
 )
-def test_start_schema_failures_are_400_with_pointers(operator_client, attributes, expected):
-    errors = pointers(start(operator_client, {"attributes": attributes}))
+def test_start_schema_failures_are_400_with_pointers(api, attributes, expected):
+    errors = pointers(api.start({"attributes": attributes}))
 
     assert set(errors) == expected
     assert all(errors.values())
     assert not Instance.objects.exists()
 
 
-def test_extra_property_is_reported_at_its_own_pointer_as_not_allowed(operator_client):
-    errors = pointers(start(operator_client, {"attributes": {**VALID, "rogue": "x"}}))
+def test_extra_property_is_reported_at_its_own_pointer_as_not_allowed(api):
+    errors = pointers(api.start({"attributes": {**VALID, "rogue": "x"}}))
 
     assert errors == {"/attributes/rogue": "is not allowed"}
 
 
-def test_every_violation_is_reported_at_once(operator_client):
+def test_every_violation_is_reported_at_once(api):
     body = {"attributes": {"session": 7, "customer": {}, "rogue": "x"}}
 
-    errors = pointers(start(operator_client, body))
+    errors = pointers(api.start(body))
 
     assert set(errors) == {
         "/attributes/session",
@@ -168,14 +130,14 @@ def test_every_violation_is_reported_at_once(operator_client):
     assert errors["/attributes/rogue"] == "is not allowed"
 
 
-def test_free_payload_errors_point_into_the_body_sent(operator_client):
-    errors = pointers(start(operator_client, {"session": "s-1", "customer": {}}))
+def test_free_payload_errors_point_into_the_body_sent(api):
+    errors = pointers(api.start({"session": "s-1", "customer": {}}))
 
     assert errors == {"/customer/ownerUserId": "is required"}
 
 
-def test_raw_payload_mode_validates_the_whole_body_as_business_data(operator_client):
-    response = start(operator_client, {"attributes": VALID}, **{"x-vnext-payload-mode": "raw"})
+def test_raw_payload_mode_validates_the_whole_body_as_business_data(api):
+    response = api.start(START, headers={"x-vnext-payload-mode": "raw"})
 
     errors = pointers(response)
     assert errors["/attributes"] == "is not allowed"
@@ -196,14 +158,14 @@ SUBMITTED = {"session": "s-2", "customer": {"ownerUserId": "user-2"}}
         pytest.param(SUBMITTED, id="free-payload"),
     ],
 )
-def test_submit_payload_accepts_every_shape_like_start(operator_client, body):
-    instance_id = started(operator_client)
+def test_submit_payload_accepts_every_shape_like_start(api, body):
+    instance_id = api.started(START)
 
-    response = fire(operator_client, instance_id, "submit-payload", body)
+    response = api.fire(instance_id, "submit-payload", body)
 
     assert response.status_code == 200, response.json()
     assert response.json()["attributes"] == SUBMITTED
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "payload-received"
     assert instance["attributes"] == SUBMITTED
 
@@ -227,20 +189,17 @@ def test_submit_payload_accepts_every_shape_like_start(operator_client, body):
         pytest.param({**SUBMITTED, "session": []}, {"/session"}, id="free-payload-type"),
     ],
 )
-def test_submit_payload_schema_failures_leave_the_instance_where_it_was(
-    operator_client, body, expected
-):
-    instance_id = started(operator_client)
+def test_submit_payload_schema_failures_leave_the_instance_where_it_was(api, body, expected):
+    instance_id = api.started(START)
 
-    errors = pointers(fire(operator_client, instance_id, "submit-payload", body))
+    errors = pointers(api.fire(instance_id, "submit-payload", body))
 
     assert set(errors) == expected
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "collect-payload"
     assert instance["metadata"]["status"] == "A"
     assert instance["attributes"] == VALID
-    history = operator_client.get(f"{BASE}/{instance_id}/transitions").json()["items"]
-    assert [row["transitionKey"] for row in history] == ["start-payload-modes"]
+    assert [row["transitionKey"] for row in api.transitions(instance_id)] == ["start-payload-modes"]
 
 
 @pytest.mark.parametrize(
@@ -256,19 +215,14 @@ def test_submit_payload_schema_failures_leave_the_instance_where_it_was(
         pytest.param({"note": "n", "extra": {"a": 1}}, {"note": "n", "extra": {"a": 1}}, id="free"),
     ],
 )
-def test_complete_accepts_every_shape_and_never_writes_envelope_fields(
-    operator_client, body, written
-):
-    instance_id = started(operator_client)
-    assert (
-        fire(operator_client, instance_id, "submit-payload", {"attributes": VALID}).status_code
-        == 200
-    )
+def test_complete_accepts_every_shape_and_never_writes_envelope_fields(api, body, written):
+    instance_id = api.started(START)
+    assert api.fire(instance_id, "submit-payload", START).status_code == 200
 
-    response = fire(operator_client, instance_id, "complete", body)
+    response = api.fire(instance_id, "complete", body)
 
     assert response.status_code == 200, response.json()
-    data = detail(operator_client, instance_id)["attributes"]
+    data = api.detail(instance_id)["attributes"]
     assert data == {**VALID, **written}
     assert not {"key", "tags", "stage", "attributes"} & set(data)
 
@@ -276,31 +230,30 @@ def test_complete_accepts_every_shape_and_never_writes_envelope_fields(
 # --- 5. happy path --------------------------------------------------------------------------------
 
 
-def test_happy_path_start_submit_complete(operator_client):
-    instance_id = started(operator_client)
-    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "collect-payload"
+def test_happy_path_start_submit_complete(api):
+    instance_id = api.started(START)
+    assert api.detail(instance_id)["metadata"]["currentState"] == "collect-payload"
 
-    submitted = fire(operator_client, instance_id, "submit-payload", {"attributes": SUBMITTED})
+    submitted = api.fire(instance_id, "submit-payload", {"attributes": SUBMITTED})
     assert submitted.status_code == 200
     assert submitted.json()["status"] == "A"
-    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "payload-received"
+    assert api.detail(instance_id)["metadata"]["currentState"] == "payload-received"
 
-    completed = fire(operator_client, instance_id, "complete")
+    completed = api.fire(instance_id, "complete")
     assert completed.status_code == 200
     assert completed.json()["status"] == "C"
 
-    metadata = detail(operator_client, instance_id)["metadata"]
+    metadata = api.detail(instance_id)["metadata"]
     assert metadata["currentState"] == "done"
     assert metadata["status"] == "C"
     assert metadata["effectiveStateType"] == "final"
     assert metadata["effectiveStateSubType"] == "success"
     assert metadata["completedAt"] is not None
-    history = operator_client.get(f"{BASE}/{instance_id}/transitions").json()["items"]
-    assert [(r["transitionKey"], r["fromState"], r["toState"], r["status"]) for r in history] == [
+    assert api.history(instance_id) == [
         ("start-payload-modes", "", "collect-payload", "completed"),
         ("submit-payload", "collect-payload", "payload-received", "completed"),
         ("complete", "payload-received", "done", "completed"),
     ]
-    again = fire(operator_client, instance_id, "complete")
+    again = api.fire(instance_id, "complete")
     assert again.status_code == 400
     assert again.json()["errorCode"] == "Instance:100018"

@@ -11,100 +11,30 @@ the sync start returns after the chain settled.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from instances.jobs import job_run, jobs_run_due
 from instances.models import InstanceTask, Job
 from instances.status import JobStatus
-from tests.conftest import EXAMPLES_DIR
+from tests.instances.scenario_api import HOP, api_fixture, at, make_due, scheduled, timers
 
 pytestmark = pytest.mark.django_db
 
-BASE = "/api/v1/core/workflows/schedule-after-auto/instances"
-
-
-@pytest.fixture(autouse=True)
-def examples(db: None) -> None:
-    call_command("import_components", str(EXAMPLES_DIR), "--no-progress")
-
-
-def start(client: APIClient, body: Any) -> Any:
-    return client.post(f"{BASE}/start?sync=true", body, format="json")
-
-
-def started(client: APIClient, body: Any) -> str:
-    response = start(client, body)
-    assert response.status_code == 200, response.json()
-    return str(response.json()["id"])
-
-
-def fire(client: APIClient, ref: str, transition: str, body: Any = None) -> Any:
-    url = f"{BASE}/{ref}/transitions/{transition}?sync=true"
-    return client.patch(url, {} if body is None else body, format="json")
-
-
-def detail(client: APIClient, ref: str) -> dict[str, Any]:
-    response = client.get(f"{BASE}/{ref}")
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def state_function(client: APIClient, ref: str) -> dict[str, Any]:
-    response = client.get(f"{BASE}/{ref}/functions/state")
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def scheduled(state: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in state["transitions"] if t.get("kind") == "scheduled"]
-
-
-def timers(instance_id: str) -> list[Job]:
-    return list(Job.objects.filter(instance_id=instance_id, kind="timer").order_by("pk"))
-
-
-def history(client: APIClient, ref: str) -> list[tuple[str, str, str]]:
-    items = client.get(f"{BASE}/{ref}/transitions").json()["items"]
-    return [(r["transitionKey"], r["fromState"], r["toState"]) for r in items]
-
-
-def audit(client: APIClient, ref: str) -> list[tuple[str, str, str, str, int, str]]:
-    """History rows with their status, trigger type and actor."""
-    items = client.get(f"{BASE}/{ref}/transitions").json()["items"]
-    return [
-        (
-            r["transitionKey"],
-            r["fromState"],
-            r["toState"],
-            r["status"],
-            r["triggerType"],
-            r["actor"],
-        )
-        for r in items
-    ]
-
-
-def make_due(job: Job, *, ago: timedelta = timedelta(0)) -> None:
-    Job.objects.filter(pk=job.pk).update(run_at=timezone.now() - ago)
+api = api_fixture("schedule-after-auto", history=HOP)
 
 
 # --- 1. auto winner: no timer is ever armed -------------------------------------------------------
 
 
-def test_auto_winner_chains_to_advanced_without_arming_the_timer(operator_client):
-    response = start(operator_client, {"attributes": {"mode": "auto", "testId": "t-auto"}})
+def test_auto_winner_chains_to_advanced_without_arming_the_timer(api):
+    response = api.start({"attributes": {"mode": "auto", "testId": "t-auto"}})
 
     assert response.status_code == 200, response.json()
     instance_id = response.json()["id"]
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "advanced"
     assert instance["metadata"]["status"] == "A"
     data = instance["attributes"]
@@ -112,13 +42,13 @@ def test_auto_winner_chains_to_advanced_without_arming_the_timer(operator_client
     assert data["autoAdvances"] == 1
     assert data["timeoutFired"] == 0
     assert data["testId"] == "t-auto"
-    assert history(operator_client, instance_id) == [
+    assert api.history(instance_id) == [
         ("start-schedule-after-auto", "", "gate"),
         ("auto-advance", "gate", "advanced"),
     ]
     # Not armed and cancelled: never armed at all.
     assert timers(instance_id) == []
-    state = state_function(operator_client, instance_id)
+    state = api.state(instance_id)
     assert state["state"] == "advanced"
     assert scheduled(state) == []
     assert [t["name"] for t in state["transitions"]] == [
@@ -127,43 +57,43 @@ def test_auto_winner_chains_to_advanced_without_arming_the_timer(operator_client
     ]
 
 
-def test_auto_winner_then_finish_completes(operator_client):
-    instance_id = started(operator_client, {"attributes": {"mode": "auto"}})
+def test_auto_winner_then_finish_completes(api):
+    instance_id = api.started({"attributes": {"mode": "auto"}})
 
-    response = fire(operator_client, instance_id, "finish-advanced")
+    response = api.fire(instance_id, "finish-advanced")
 
     assert response.status_code == 200
     assert response.json()["status"] == "C"
-    metadata = detail(operator_client, instance_id)["metadata"]
+    metadata = api.detail(instance_id)["metadata"]
     assert metadata["currentState"] == "advanced-done"
     assert metadata["status"] == "C"
     assert metadata["effectiveStateSubType"] == "success"
-    assert detail(operator_client, instance_id)["attributes"]["timeoutFired"] == 0
+    assert api.detail(instance_id)["attributes"]["timeoutFired"] == 0
     assert timers(instance_id) == []
 
 
-def test_auto_winner_has_no_timer_to_fire_later(operator_client):
+def test_auto_winner_has_no_timer_to_fire_later(api):
     """Item 1's "after 8 s + 5 s it is still `advanced` with `timeoutFired == 0`": no timer row
     exists, so running the due jobs (at any later time) changes nothing."""
-    instance_id = started(operator_client, {"attributes": {"mode": "auto"}})
+    instance_id = api.started({"attributes": {"mode": "auto"}})
     assert list(Job.objects.filter(instance_id=instance_id)) == []
 
     outcome = jobs_run_due()
 
     assert outcome == {}
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "advanced"
     assert instance["metadata"]["status"] == "A"
     assert instance["attributes"]["timeoutFired"] == 0
     assert instance["attributes"]["autoAdvances"] == 1
-    assert history(operator_client, instance_id) == [
+    assert api.history(instance_id) == [
         ("start-schedule-after-auto", "", "gate"),
         ("auto-advance", "gate", "advanced"),
     ]
-    assert scheduled(state_function(operator_client, instance_id)) == []
-    fire(operator_client, instance_id, "finish-advanced")
+    assert scheduled(api.state(instance_id)) == []
+    api.fire(instance_id, "finish-advanced")
     assert jobs_run_due() == {}
-    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "advanced-done"
+    assert api.detail(instance_id)["metadata"]["currentState"] == "advanced-done"
 
 
 # --- 2. no auto winner: the timer is armed ~8 s ahead ---------------------------------------------
@@ -177,13 +107,13 @@ def test_auto_winner_has_no_timer_to_fire_later(operator_client):
         pytest.param({"mode": "something-else"}, id="other-mode"),
     ],
 )
-def test_without_auto_winner_the_timer_is_armed(operator_client, attributes):
+def test_without_auto_winner_the_timer_is_armed(api, attributes):
     before = timezone.now()
 
-    instance_id = started(operator_client, {"attributes": attributes})
+    instance_id = api.started({"attributes": attributes})
 
     after = timezone.now()
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "gate"
     assert instance["metadata"]["status"] == "A"
     data = instance["attributes"]
@@ -195,20 +125,20 @@ def test_without_auto_winner_the_timer_is_armed(operator_client, attributes):
     assert job.state == "gate"
     assert job.payload["transition"] == "gate-timeout"
     assert before + timedelta(seconds=8) <= job.run_at <= after + timedelta(seconds=8)
-    assert history(operator_client, instance_id) == [("start-schedule-after-auto", "", "gate")]
+    assert api.history(instance_id) == [("start-schedule-after-auto", "", "gate")]
 
 
-def test_state_function_lists_the_armed_gate_timeout(operator_client):
-    instance_id = started(operator_client, {"attributes": {"mode": "park"}})
+def test_state_function_lists_the_armed_gate_timeout(api):
+    instance_id = api.started({"attributes": {"mode": "park"}})
 
-    state = state_function(operator_client, instance_id)
+    state = api.state(instance_id)
 
     assert state["state"] == "gate"
     (entry,) = scheduled(state)
     (job,) = timers(instance_id)
     assert entry["name"] == "gate-timeout"
     assert entry["href"].endswith(f"/{instance_id}/transitions/gate-timeout")
-    executes_at = datetime.fromisoformat(entry["executeAtUtc"].replace("Z", "+00:00"))
+    executes_at = at(entry["executeAtUtc"])
     assert executes_at == job.run_at
     assert timedelta(seconds=6) < executes_at - timezone.now() <= timedelta(seconds=8)
     manual = [t["name"] for t in state["transitions"] if t.get("kind") != "scheduled"]
@@ -222,15 +152,15 @@ def test_state_function_lists_the_armed_gate_timeout(operator_client):
         pytest.param({}, id="no-mode"),
     ],
 )
-def test_the_due_gate_timeout_fires_into_gate_timedout(operator_client, attributes):
-    instance_id = started(operator_client, {"attributes": attributes})
+def test_the_due_gate_timeout_fires_into_gate_timedout(api, attributes):
+    instance_id = api.started({"attributes": attributes})
     (job,) = timers(instance_id)
 
     make_due(job)
     outcome = jobs_run_due()
 
     assert outcome == {"succeeded": 1}
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     metadata = instance["metadata"]
     assert metadata["currentState"] == "gate-timedout"
     assert metadata["status"] == "C"
@@ -245,7 +175,7 @@ def test_the_due_gate_timeout_fires_into_gate_timedout(operator_client, attribut
     assert data.get("testId") == attributes.get("testId")
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.SUCCEEDED, 1)
-    assert audit(operator_client, instance_id) == [
+    assert api.audit(instance_id) == [
         ("start-schedule-after-auto", "", "gate", "completed", 0, "operator"),
         ("gate-timeout", "gate", "gate-timedout", "completed", 2, "scheduler"),
     ]
@@ -258,7 +188,7 @@ def test_the_due_gate_timeout_fires_into_gate_timedout(operator_client, attribut
         ("start-schedule-after-auto", "onExecute", "succeeded"),
         ("gate-timeout", "onExecute", "succeeded"),
     ]
-    state = state_function(operator_client, instance_id)
+    state = api.state(instance_id)
     assert state["state"] == "gate-timedout"
     assert state["status"] == "C"
     assert state["stateSubType"] == "timeout"
@@ -266,53 +196,53 @@ def test_the_due_gate_timeout_fires_into_gate_timedout(operator_client, attribut
     # Delivered again, the finished job is skipped: `timeoutFired` stays 1.
     assert job_run(job.pk) == "skipped"
     assert jobs_run_due() == {}
-    assert detail(operator_client, instance_id)["attributes"]["timeoutFired"] == 1
+    assert api.detail(instance_id)["attributes"]["timeoutFired"] == 1
 
 
-def test_the_gate_timeout_does_not_fire_before_it_is_due(operator_client):
-    instance_id = started(operator_client, {"attributes": {"mode": "park"}})
+def test_the_gate_timeout_does_not_fire_before_it_is_due(api):
+    instance_id = api.started({"attributes": {"mode": "park"}})
 
     assert jobs_run_due() == {}
 
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "gate"
     assert instance["attributes"]["timeoutFired"] == 0
     assert [job.status for job in timers(instance_id)] == [JobStatus.PENDING]
 
 
-def test_free_payload_start_arms_the_timer_too(operator_client):
-    instance_id = started(operator_client, {"mode": "park", "testId": "t-free"})
+def test_free_payload_start_arms_the_timer_too(api):
+    instance_id = api.started({"mode": "park", "testId": "t-free"})
 
-    assert detail(operator_client, instance_id)["attributes"]["testId"] == "t-free"
+    assert api.detail(instance_id)["attributes"]["testId"] == "t-free"
     assert [job.status for job in timers(instance_id)] == [JobStatus.PENDING]
 
 
-def test_clients_cannot_fire_the_scheduled_or_auto_transitions(operator_client):
-    instance_id = started(operator_client, {"attributes": {"mode": "park"}})
+def test_clients_cannot_fire_the_scheduled_or_auto_transitions(api):
+    instance_id = api.started({"attributes": {"mode": "park"}})
 
-    scheduled_fire = fire(operator_client, instance_id, "gate-timeout")
-    auto_fire = fire(operator_client, instance_id, "auto-advance")
+    scheduled_fire = api.fire(instance_id, "gate-timeout")
+    auto_fire = api.fire(instance_id, "auto-advance")
 
     for response in (scheduled_fire, auto_fire):
         assert response.status_code == 400
         assert response.json()["errorCode"] == "Transition:100020"
-    assert detail(operator_client, instance_id)["metadata"]["currentState"] == "gate"
+    assert api.detail(instance_id)["metadata"]["currentState"] == "gate"
     assert [job.status for job in timers(instance_id)] == [JobStatus.PENDING]
 
 
-def test_finish_advanced_is_not_available_in_gate(operator_client):
-    instance_id = started(operator_client, {"attributes": {"mode": "park"}})
+def test_finish_advanced_is_not_available_in_gate(api):
+    instance_id = api.started({"attributes": {"mode": "park"}})
 
-    response = fire(operator_client, instance_id, "finish-advanced")
+    response = api.fire(instance_id, "finish-advanced")
 
     assert response.status_code == 400
     assert response.json()["errorCode"] == "Transition:100020"
 
 
-def test_idempotent_start_does_not_arm_a_second_timer(operator_client):
+def test_idempotent_start_does_not_arm_a_second_timer(api):
     body = {"key": "saa-1", "attributes": {"mode": "park"}}
-    first = start(operator_client, body)
-    second = start(operator_client, body)
+    first = api.start(body)
+    second = api.start(body)
 
     assert first.json()["id"] == second.json()["id"]
     assert [job.status for job in timers(first.json()["id"])] == [JobStatus.PENDING]
@@ -321,14 +251,14 @@ def test_idempotent_start_does_not_arm_a_second_timer(operator_client):
 # --- 3. cancel from gate --------------------------------------------------------------------------
 
 
-def test_cancel_from_gate_ends_in_sched_cancelled_and_cancels_the_timer(operator_client):
-    instance_id = started(operator_client, {"attributes": {"mode": "park"}})
+def test_cancel_from_gate_ends_in_sched_cancelled_and_cancels_the_timer(api):
+    instance_id = api.started({"attributes": {"mode": "park"}})
 
-    response = fire(operator_client, instance_id, "cancel-schedule-after-auto")
+    response = api.fire(instance_id, "cancel-schedule-after-auto")
 
     assert response.status_code == 200
     assert response.json()["status"] == "C"
-    metadata = detail(operator_client, instance_id)["metadata"]
+    metadata = api.detail(instance_id)["metadata"]
     assert metadata["currentState"] == "sched-cancelled"
     assert metadata["status"] == "C"
     assert metadata["effectiveStateType"] == "final"
@@ -336,21 +266,21 @@ def test_cancel_from_gate_ends_in_sched_cancelled_and_cancels_the_timer(operator
     assert metadata["effectiveStateSubType"] == "cancelled"
     assert metadata["completedAt"] is not None
     assert [job.status for job in timers(instance_id)] == [JobStatus.CANCELLED]
-    state = state_function(operator_client, instance_id)
+    state = api.state(instance_id)
     assert state["transitions"] == []
-    assert history(operator_client, instance_id)[-1] == (
+    assert api.history(instance_id)[-1] == (
         "cancel-schedule-after-auto",
         "gate",
         "sched-cancelled",
     )
-    again = fire(operator_client, instance_id, "cancel-schedule-after-auto")
+    again = api.fire(instance_id, "cancel-schedule-after-auto")
     assert again.status_code == 400
     assert again.json()["errorCode"] == "Instance:100018"
 
 
-def test_a_cancelled_gate_timeout_never_fires(operator_client):
-    instance_id = started(operator_client, {"attributes": {"mode": "park"}})
-    fire(operator_client, instance_id, "cancel-schedule-after-auto")
+def test_a_cancelled_gate_timeout_never_fires(api):
+    instance_id = api.started({"attributes": {"mode": "park"}})
+    api.fire(instance_id, "cancel-schedule-after-auto")
     (job,) = timers(instance_id)
     assert job.status == JobStatus.CANCELLED
 
@@ -358,10 +288,10 @@ def test_a_cancelled_gate_timeout_never_fires(operator_client):
 
     assert jobs_run_due() == {}
     assert job_run(job.pk) == "skipped"
-    instance = detail(operator_client, instance_id)
+    instance = api.detail(instance_id)
     assert instance["metadata"]["currentState"] == "sched-cancelled"
     assert instance["attributes"]["timeoutFired"] == 0
-    assert [row[0] for row in history(operator_client, instance_id)] == [
+    assert [row[0] for row in api.history(instance_id)] == [
         "start-schedule-after-auto",
         "cancel-schedule-after-auto",
     ]
