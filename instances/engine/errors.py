@@ -54,6 +54,10 @@ class Codes:
     TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 502, "Task type is not supported here")
     SCRIPT_FAILED = ErrorCode("Script:100001", 422, "Script failed")
     RESOURCE_LOCK_CONFLICT = ErrorCode("ResourceLockConflict", 409, "Resource is locked")
+    RESOURCE_LOCK_NOT_AVAILABLE = ErrorCode(
+        "ResourceLock:NotAvailable", 422, "Resource locks are not configured"
+    )
+    SUBFLOW_NOT_AVAILABLE = ErrorCode("SubFlow:NotAvailable", 422, "Subflows are not available")
     RESOURCE_LOCK_KEY_INVALID = ErrorCode(
         "ResourceLock:InvalidKey", 422, "The lock key script did not return a usable key"
     )

@@ -186,7 +186,7 @@ class Execution:
         if request.resume_at is not None:
             hop.source_state = request.resume_from_state
             hop.target_state = self.instance.current_state
-            self._transition_row(hop)
+            self.transition_row(hop)
         while True:
             self._run_hop(hop)
             if hop.next_transition is None:
@@ -323,7 +323,7 @@ class Execution:
     def _fault(self, hop: Hop, exc: BaseException) -> NoReturn:
         code, http_status, message = _describe_failure(exc)
         now = self.engine.clock()
-        row = hop.row or self._transition_row(hop)
+        row = hop.row or self.transition_row(hop)
         row.status = TransitionStatus.FAULTED
         row.error_code, row.error_message, row.finished_at = code, message, now
         self.writes.transitions[row.id] = row
@@ -353,7 +353,8 @@ class Execution:
         logger.info("instance %s faulted: %s %s", self.instance.id, code, message)
         raise PipelineFault(code, message, http_status, self.instance.id)
 
-    def _transition_row(self, hop: Hop) -> TransitionRow:
+    def transition_row(self, hop: Hop) -> TransitionRow:
+        """The hop's history row, created on first use (its id is derived from a job's seed)."""
         if hop.row is not None:
             return hop.row
         seed = hop.request.row_seed

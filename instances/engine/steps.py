@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.utils.dateparse import parse_datetime, parse_duration
 
 from instances.engine.definition import TransitionKind
-from instances.engine.errors import Codes, ErrorCode, VNextError
+from instances.engine.errors import Codes, VNextError
 from instances.engine.ports import LockRelease
 from instances.engine.profiles import Order, Outcome, Trigger
 from instances.engine.records import JobRow, TransitionRow, deep_merge
@@ -32,11 +32,6 @@ if TYPE_CHECKING:
     from instances.engine.pipeline import Execution, Hop
 
 logger = logging.getLogger("vnext.pipeline")
-
-SUBFLOW_NOT_AVAILABLE = ErrorCode("SubFlow:NotAvailable", 422, "Subflows are not available")
-RESOURCE_LOCK_NOT_AVAILABLE = ErrorCode(
-    "ResourceLock:NotAvailable", 422, "Resource locks are not available"
-)
 
 
 class Step:
@@ -179,7 +174,7 @@ class CreateTransitionStep(Step):
     order = Order.CREATE_TRANSITION
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        row: TransitionRow = execution._transition_row(hop)
+        row: TransitionRow = execution.transition_row(hop)
         execution.writes.transitions[row.id] = row
         return Outcome.proceed()
 
@@ -211,7 +206,7 @@ class ResourceLockStep(Step):
         locks = execution.engine.locks
         if locks is None:
             raise VNextError(
-                RESOURCE_LOCK_NOT_AVAILABLE, "resource locks are not configured in this engine"
+                Codes.RESOURCE_LOCK_NOT_AVAILABLE, "this engine has no resource-lock store"
             )
         key = self._key(execution, hop, config)
         owner = execution.instance.id
@@ -367,7 +362,7 @@ class SubFlowStep(Step):
         state = execution.definition.state(hop.target_state)
         if state.state_type == StateType.SUBFLOW:
             raise VNextError(
-                SUBFLOW_NOT_AVAILABLE,
+                Codes.SUBFLOW_NOT_AVAILABLE,
                 f"state {state.key} starts a subflow, not available in this build",
             )
         return Outcome.proceed()
@@ -540,7 +535,7 @@ class FinalizeStep(Step):
     order = Order.FINALIZE
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        row = hop.row or execution._transition_row(hop)
+        row = hop.row or execution.transition_row(hop)
         instance = execution.instance
         row.status = TransitionStatus.COMPLETED
         row.finished_at = execution.engine.clock()
