@@ -3,12 +3,14 @@ these call the engine with the ORM store."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
@@ -24,7 +26,7 @@ from instances.engine.pipeline import (
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.profiles import Trigger
 from instances.engine.records import InstanceSnapshot, new_etag
-from instances.models import Instance
+from instances.models import Instance, Job
 from instances.orm_store import (
     OrmInstanceReader,
     OrmStore,
@@ -273,35 +275,80 @@ def instance_transition_accept(
     job_payload = _job_payload(
         transition, payload, body, info, fromState=instance.current_state, reservation=reservation
     )
-    with transaction.atomic():
-        if transition.is_update_data:
-            job_payload["lockFree"] = True
-        else:
-            statuses = [InstanceStatus.ACTIVE]
-            if transition.kind in BUSY_EXEMPT:
-                statuses += [InstanceStatus.BUSY, InstanceStatus.FAULTED]
-            reserved = Instance.objects.filter(pk=instance.id, status__in=statuses).update(
+    if transition.is_update_data:
+        job_payload["lockFree"] = True
+        with transaction.atomic():
+            job_enqueue(kind=TRANSITION, instance_id=instance.id, payload=job_payload)
+        return InstanceOutcome(instance, created=False)
+    statuses: list[str] = [InstanceStatus.ACTIVE]
+    if transition.kind in BUSY_EXEMPT:
+        statuses += [InstanceStatus.BUSY, InstanceStatus.FAULTED]
+    if not _reserve_with_job(instance.id, statuses, reservation, job_payload):
+        current = Instance.objects.filter(pk=instance.id).values_list("status", flat=True)
+        refusals: dict[str, ErrorCode] = {
+            InstanceStatus.FAULTED: Codes.INSTANCE_FAULTED,
+            InstanceStatus.COMPLETED: Codes.INSTANCE_COMPLETED,
+            InstanceStatus.PASSIVE: Codes.INSTANCE_PASSIVE,
+        }
+        raise VNextError(
+            refusals.get(str(current.first()), Codes.INSTANCE_BUSY),
+            "the instance cannot accept this transition now",
+            instance_id=str(instance.id),
+        )
+    instance.status = InstanceStatus.BUSY
+    return InstanceOutcome(instance, created=False)
+
+
+# The admission CAS and the job row in one statement: the job exists exactly when the
+# reservation does, and the accept costs one round trip.
+_RESERVE_WITH_JOB = f"""
+WITH reserved AS (
+    UPDATE {Instance._meta.db_table}
+    SET status = 'B', busy_owner = %(reservation)s, busy_since = %(now)s, etag = %(etag)s
+    WHERE id = %(id)s AND status = ANY(%(statuses)s)
+    RETURNING id
+)
+INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, status, attempts,
+                                  lease_owner, last_error, created_at, updated_at)
+SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(now)s, %(now)s
+FROM reserved
+RETURNING id, run_at
+"""
+
+
+def _reserve_with_job(
+    instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
+) -> bool:
+    from instances.jobs import TRANSITION, job_enqueue, jobs_dispatch
+
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            reserved = Instance.objects.filter(pk=instance_id, status__in=statuses).update(
                 status=InstanceStatus.BUSY,
                 busy_owner=reservation,
                 busy_since=timezone.now(),
                 etag=new_etag(),
             )
-            if not reserved:
-                current = Instance.objects.filter(pk=instance.id).values_list("status", flat=True)
-                refusals: dict[str, ErrorCode] = {
-                    InstanceStatus.FAULTED: Codes.INSTANCE_FAULTED,
-                    InstanceStatus.COMPLETED: Codes.INSTANCE_COMPLETED,
-                    InstanceStatus.PASSIVE: Codes.INSTANCE_PASSIVE,
-                }
-                error = refusals.get(str(current.first()), Codes.INSTANCE_BUSY)
-                raise VNextError(
-                    error,
-                    "the instance cannot accept this transition now",
-                    instance_id=str(instance.id),
-                )
-            instance.status = InstanceStatus.BUSY
-        job_enqueue(kind=TRANSITION, instance_id=instance.id, payload=job_payload)
-    return InstanceOutcome(instance, created=False)
+            if reserved:
+                job_enqueue(kind=TRANSITION, instance_id=instance_id, payload=payload)
+        return bool(reserved)
+    params: dict[str, Any] = {
+        "id": instance_id,
+        "statuses": [str(status) for status in statuses],
+        "reservation": reservation,
+        "now": timezone.now(),
+        "etag": new_etag(),
+        "kind": TRANSITION,
+        "payload": json.dumps(payload, cls=DjangoJSONEncoder),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_RESERVE_WITH_JOB, params)
+        created = cursor.fetchone()
+    if created is None:
+        return False
+    job_id, run_at = created
+    transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
+    return True
 
 
 def _client_transition(
