@@ -10,10 +10,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vnext.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Static files are answered before the middleware chain, which stays fully async:
+        # a sync-only middleware would add a thread hop to every request.
+        "http": ASGIStaticFilesHandler(django_asgi_app),
         "websocket": URLRouter([]),
     }
 )

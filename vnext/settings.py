@@ -24,7 +24,6 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
-    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
@@ -39,7 +38,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -94,12 +92,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.path("STATIC_ROOT", default=BASE_DIR / "var" / "static")
-with contextlib.suppress(OSError):  # WhiteNoise warns on each request while it is missing.
+with contextlib.suppress(OSError):  # collectstatic's target, for deployments that use it
     Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# Serve static files from the finders so the embedded server needs no collectstatic step.
-WHITENOISE_USE_FINDERS = True
-# Under ASGI Django warns on every static file WhiteNoise streams; the files are served fine.
+# The ASGI application serves /static/ from the finders (no collectstatic step); a production
+# deployment may put a CDN or web server in front. Django warns on every streamed file there.
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous")
 
 REST_FRAMEWORK = {
