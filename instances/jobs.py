@@ -135,22 +135,23 @@ def job_claim(job_id: int) -> Job | None:
     return job
 
 
-_CLAIM = f"""
+# A claim: the compare-and-set, the new attempt and its lease token, in one statement.
+_CLAIM_SET = f"""
 UPDATE {Job._meta.db_table} SET
     status = 'running',
     attempts = attempts + 1,
     lease_owner = 'job:' || id || ':' || (attempts + 1),
     lease_until = %(lease_until)s,
     updated_at = %(now)s
-WHERE id = %(id)s AND (
-    (status = 'pending' AND run_at <= %(now)s) OR (status = 'running' AND lease_until < %(now)s)
-)
-RETURNING kind, instance_id, state, payload, run_at, attempts, lease_owner
 """
+_DUE = (
+    "((status = 'pending' AND run_at <= %(now)s) OR (status = 'running' AND lease_until < %(now)s))"
+)
+_CLAIMED = "RETURNING id, kind, instance_id, state, payload, run_at, attempts, lease_owner"
+_CLAIM = f"{_CLAIM_SET} WHERE id = %(id)s AND {_DUE} {_CLAIMED}"
 
 
 def _claim_postgres(job_id: int, now: datetime) -> Job | None:
-    # One statement: the compare-and-set, the new attempt and its lease token together.
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM, {"id": job_id, "now": now, "lease_until": now + _lease()})
         row = cursor.fetchone()
@@ -159,23 +160,10 @@ def _claim_postgres(job_id: int, now: datetime) -> Job | None:
 
 # Claim up to `limit` due jobs at once. No row locks are taken: two claimers may pick the same
 # ids, and the status re-check in the outer WHERE lets exactly one of them have each job.
-_CLAIM_DUE = f"""
-UPDATE {Job._meta.db_table} SET
-    status = 'running',
-    attempts = attempts + 1,
-    lease_owner = 'job:' || id || ':' || (attempts + 1),
-    lease_until = %(lease_until)s,
-    updated_at = %(now)s
-WHERE id IN (
-    SELECT id FROM {Job._meta.db_table}
-    WHERE (status = 'pending' AND run_at <= %(now)s)
-       OR (status = 'running' AND lease_until < %(now)s)
-    ORDER BY run_at LIMIT %(limit)s
-) AND (
-    (status = 'pending' AND run_at <= %(now)s) OR (status = 'running' AND lease_until < %(now)s)
+_CLAIM_DUE = (
+    f"{_CLAIM_SET} WHERE id IN (SELECT id FROM {Job._meta.db_table} WHERE {_DUE} "
+    f"ORDER BY run_at LIMIT %(limit)s) AND {_DUE} {_CLAIMED}"
 )
-RETURNING id, kind, instance_id, state, payload, run_at, attempts, lease_owner
-"""
 
 
 def jobs_claim_due(limit: int = 100) -> list[Job]:
@@ -187,14 +175,12 @@ def jobs_claim_due(limit: int = 100) -> list[Job]:
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_DUE, {"now": now, "lease_until": now + _lease(), "limit": limit})
         rows = cursor.fetchall()
-    jobs = [_claimed(row[1:], now, job_id=row[0]) for row in rows]
+    jobs = [_claimed(row, now) for row in rows]
     return sorted(jobs, key=lambda job: job.run_at)
 
 
-def _claimed(row: Any, now: datetime, job_id: int | None = None) -> Job:
-    kind, instance_id, state, payload, run_at, attempts, token = row
-    if job_id is None:
-        job_id = int(token.split(":")[1])
+def _claimed(row: Any, now: datetime) -> Job:
+    job_id, kind, instance_id, state, payload, run_at, attempts, token = row
     return Job(
         pk=job_id,
         kind=kind,

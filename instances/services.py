@@ -154,16 +154,9 @@ def instance_transition(
     info: RequestInfo,
 ) -> InstanceOutcome:
     """Run a client-triggered transition on an instance (by id or business key)."""
-    instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
-    if instance.status == InstanceStatus.COMPLETED:
-        raise VNextError(
-            Codes.INSTANCE_COMPLETED,
-            f"instance is completed (state {instance.current_state})",
-            instance_id=str(instance.id),
-        )
-    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
-    transition = _client_transition(definition, instance, transition_key)
-    payload = _checked_payload(definition, transition, body, info)
+    instance, definition, transition, payload = _admissible(
+        domain, workflow, ref, transition_key, body, info
+    )
     request = _request(transition, payload, body, info)
     execution = engine().execute(definition, instance, request)
     return InstanceOutcome(execution.instance, created=False, execution=execution)
@@ -261,16 +254,9 @@ def instance_transition_accept(
     takes no lock at all."""
     from instances.jobs import TRANSITION, job_enqueue
 
-    instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
-    if instance.status == InstanceStatus.COMPLETED:
-        raise VNextError(
-            Codes.INSTANCE_COMPLETED,
-            f"instance is completed (state {instance.current_state})",
-            instance_id=str(instance.id),
-        )
-    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
-    transition = _client_transition(definition, instance, transition_key)
-    payload = _checked_payload(definition, transition, body, info)
+    instance, _, transition, payload = _admissible(
+        domain, workflow, ref, transition_key, body, info
+    )
     reservation = f"res:{uuid.uuid4().hex}"
     job_payload = _job_payload(
         transition, payload, body, info, fromState=instance.current_state, reservation=reservation
@@ -349,6 +335,23 @@ def _reserve_with_job(
     job_id, run_at = created
     transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
     return True
+
+
+def _admissible(
+    domain: str, workflow: str, ref: str, transition_key: str, body: Any, info: RequestInfo
+) -> tuple[InstanceSnapshot, WorkflowDefinition, TransitionDef, Payload]:
+    """The instance, its definition, the client transition and the checked payload, or the
+    error a client gets before anything is written (404, 400)."""
+    instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    if instance.status == InstanceStatus.COMPLETED:
+        raise VNextError(
+            Codes.INSTANCE_COMPLETED,
+            f"instance is completed (state {instance.current_state})",
+            instance_id=str(instance.id),
+        )
+    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
+    transition = _client_transition(definition, instance, transition_key)
+    return instance, definition, transition, _checked_payload(definition, transition, body, info)
 
 
 def _client_transition(
