@@ -1,6 +1,5 @@
 """Settings, all read from the environment through one `environ.Env()` (see `.env.example`)."""
 
-import contextlib
 import warnings
 from pathlib import Path
 
@@ -92,8 +91,6 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.path("STATIC_ROOT", default=BASE_DIR / "var" / "static")
-with contextlib.suppress(OSError):  # collectstatic's target, for deployments that use it
-    Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # The ASGI application serves /static/ from the finders (no collectstatic step); a production
 # deployment may put a CDN or web server in front. Django warns on every streamed file there.
