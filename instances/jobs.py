@@ -90,7 +90,7 @@ def jobs_dispatch(jobs: Iterable[tuple[int, datetime]]) -> None:
     else:
         from instances.runner import wake_embedded_runner
 
-        wake_embedded_runner(min(run_at for _, run_at in jobs))
+        wake_embedded_runner()
 
 
 def dispatch_mode() -> str:

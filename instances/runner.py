@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 
 from django.db import connections
 from django.utils import timezone
@@ -144,7 +143,7 @@ def stop_embedded_runner() -> None:
         _runner = None
 
 
-def wake_embedded_runner(run_at: datetime | None = None) -> None:
+def wake_embedded_runner() -> None:
     """A job was committed: let the runner look now (it sleeps until the earliest due job)."""
     if _runner is not None:
         _runner.wake.set()

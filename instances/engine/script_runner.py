@@ -16,8 +16,9 @@ from instances.engine.scripts import (
     LoadedScript,
     Sandbox,
     ScriptResponse,
+    ScriptTextMissing,
     compile_script,
-    decode_source,
+    script_text,
 )
 
 
@@ -114,14 +115,7 @@ class ScriptRunner:
         return self.load(node, definition).call(handler, *args)
 
     def _source(self, node: dict[str, Any]) -> str:
-        encoding = str(node.get("encoding") or "B64").upper()
-        code = node.get("code")
-        if encoding == "REF":
-            mapping = self.components.component("mapping", code if isinstance(code, dict) else {})
-            if mapping is None:
-                raise VNextError(Codes.SCRIPT_FAILED, f"referenced mapping {code} is not published")
-            attributes = mapping.get("attributes", {})
-            code, encoding = attributes.get("code"), str(attributes.get("encoding") or "B64")
-        if not isinstance(code, str) or not code.strip():
-            raise VNextError(Codes.SCRIPT_FAILED, f"script {node.get('location')} has no code")
-        return decode_source(code, encoding)
+        try:
+            return script_text(node, lambda ref: self.components.component("mapping", ref))
+        except ScriptTextMissing as exc:
+            raise VNextError(Codes.SCRIPT_FAILED, str(exc)) from exc

@@ -133,6 +133,39 @@ def decode_source(code: str, encoding: str | None) -> str:
     raise ValueError(f"encoding {encoding!r} cannot be decoded here (REF is resolved first)")
 
 
+class ScriptTextMissing(ValueError):
+    """A script object has no usable source (empty, unresolvable REF, undecodable)."""
+
+
+def script_text(
+    node: dict[str, Any], mapping: Callable[[dict[str, Any]], dict[str, Any] | None]
+) -> str:
+    """The source of a definition's script object: `code` decoded per `encoding`; for `REF`,
+    the code of the `sys-mappings` component `mapping(reference)` returns.
+
+    Raises `ScriptTextMissing` saying why there is none."""
+    code = node.get("code")
+    encoding = str(node.get("encoding") or "B64").upper()
+    if encoding == "REF":
+        if not isinstance(code, dict):
+            raise ScriptTextMissing("REF code must reference a sys-mappings component")
+        component = mapping(code)
+        if component is None:
+            name = f"mapping:{code.get('domain')}/{code.get('key')}@{code.get('version')}"
+            raise ScriptTextMissing(f"referenced mapping {name} does not exist")
+        attributes = component.get("attributes") or {}
+        code, encoding = attributes.get("code"), str(attributes.get("encoding") or "B64")
+    if not isinstance(code, str) or not code.strip():
+        location = node.get("location")
+        raise ScriptTextMissing(
+            "script missing" + (f" ({location} has no code)" if location else "")
+        )
+    try:
+        return decode_source(code, encoding)
+    except ValueError as exc:
+        raise ScriptTextMissing(str(exc)) from exc
+
+
 def forbidden_module_reason(module: str) -> str | None:
     """Why `module` can never be imported by a script, or None when an allow-list may admit it."""
     top = module.split(".")[0]

@@ -182,7 +182,7 @@ class TaskRunner:
                     task=task,
                     input_data=input_data,
                     domain=instance.domain,
-                    reader=self.components_reader(),
+                    reader=self.reader,
                 )
             )
             patch = self._output(script, context, response, task_type)
@@ -190,10 +190,6 @@ class TaskRunner:
         except TaskFailure as failure:
             response_dict = failure.response.as_dict() if failure.response else None
             return outcome(TaskStatus.FAILED, response_dict, failure=failure)
-
-    def components_reader(self) -> InstanceReader | None:
-        """The reader given to Get-instance(s) tasks."""
-        return self.reader
 
     def _output(
         self, script: Any, context: ScriptObject, response: StandardResponse, task_type: str

@@ -3,10 +3,13 @@ automatic chain and its depth limit; partial commit on an OnEntry fault. In-memo
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from instances.engine.errors import Codes
 from instances.engine.pipeline import MAX_CHAIN_DEPTH, PipelineFault, Rejected
+from instances.engine.ports import utc_now
 from instances.engine.profiles import (
     AUTO_CHAIN,
     ERROR_BOUNDARY,
@@ -220,17 +223,14 @@ def test_auto_runs_before_schedule_and_a_winner_arms_no_timer():
 
 def test_without_an_auto_winner_schedule_arms_the_timer():
     harness = Harness(gate("context.instance.data.get('mode') == 'auto'"))
+    before = utc_now()
     execution = harness.start({"mode": "park"})
+    after = utc_now()
     assert execution.instance.current_state == "gate"
     [job] = harness.store.jobs
     assert (job["kind"], job["state"], job["status"]) == ("timer", "gate", "pending")
     assert job["payload"]["transition"] == "gate-timeout"
-    delay = (
-        (job["run_at"] - execution.instance.updated_at).total_seconds()
-        if execution.instance.updated_at
-        else 8
-    )
-    assert 7 <= delay <= 9
+    assert before + timedelta(seconds=8) <= job["run_at"] <= after + timedelta(seconds=8)
 
 
 def chain(length: int) -> dict:

@@ -12,10 +12,11 @@ from instances.engine.scripts import (
     DEFAULT_ALLOWED_MODULES,
     ScriptCompileError,
     ScriptError,
+    ScriptTextMissing,
     check_imports,
     compile_script,
-    decode_source,
     forbidden_module_reason,
+    script_text,
 )
 from workflows.documents import ComponentKind, ComponentRef, json_pointer
 
@@ -101,26 +102,17 @@ def workflow_allowed_modules(document: Any) -> tuple[set[str], list[Violation]]:
 def site_source(site: ScriptSite, resolver: Resolver) -> tuple[str | None, Violation | None]:
     """The script text of a site (REF resolved through the registry), or the reason it has none."""
     code = site.node.get("code")
-    encoding = str(site.node.get("encoding") or "B64").upper()
-    code_pointer = json_pointer(*site.path, "code")
-    if encoding == "REF":
-        ref = ComponentRef.from_reference(code)
-        if ref is None:
-            return None, Violation(code_pointer, "REF code must reference a sys-mappings component")
-        mapping = resolver.resolve(ref)
-        if mapping is None:
-            return None, Violation(code_pointer, f"referenced mapping {ref} does not exist")
-        attributes = mapping.get("attributes", {})
-        code, encoding = attributes.get("code"), str(attributes.get("encoding") or "B64")
-    if not isinstance(code, str):
+    if not isinstance(code, str | dict):
         return None, None  # a wrong type is a structural violation, reported there
-    if not code.strip():
-        hint = f" ({site.node['location']} has no code)" if site.node.get("location") else ""
-        return None, Violation(code_pointer, f"script missing{hint}")
+
+    def mapping(reference: dict[str, Any]) -> dict[str, Any] | None:
+        ref = ComponentRef.from_reference(reference)
+        return resolver.resolve(ref) if ref is not None and ref.kind == "mapping" else None
+
     try:
-        return decode_source(code, encoding), None
-    except ValueError as exc:
-        return None, Violation(code_pointer, str(exc))
+        return script_text(site.node, mapping), None
+    except ScriptTextMissing as exc:
+        return None, Violation(json_pointer(*site.path, "code"), str(exc))
 
 
 def _expected_handlers(site: ScriptSite, resolver: Resolver, document: Any) -> tuple[str, ...]:

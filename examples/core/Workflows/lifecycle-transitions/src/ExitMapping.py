@@ -1,11 +1,11 @@
-"""Mapping of the workflow's `exit-workflow` transition, re-authored from the upstream .csx.
+"""Mapping of the workflow's `exit-workflow`: marks that the exit ran
+Re-authored from the upstream .csx.
 
-Keeps `testId` and `initializeCompleted` when present and marks that the exit ran.
+The runtime deep-merges what it returns into the instance data, so the flags written
+earlier stay without being copied (the C# original copied them forward).
 """
 
 from datetime import datetime, UTC
-
-KEPT = ("testId", "initializeCompleted")
 
 
 def input_handler(task, context):
@@ -13,8 +13,4 @@ def input_handler(task, context):
 
 
 def output_handler(context):
-    data = context.instance.data or {}
-    result = {name: data[name] for name in KEPT if name in data}
-    result["exitExecuted"] = True
-    result["exitAt"] = datetime.now(UTC).isoformat()
-    return result
+    return {"exitExecuted": True, "exitAt": datetime.now(UTC).isoformat()}

@@ -1,18 +1,11 @@
-"""onEntry mapping of `processing-state`, re-authored from the upstream .csx.
+"""onEntry mapping of `processing-state`: marks that the state was entered
+Re-authored from the upstream .csx.
 
-Carries the flags written so far and marks that the state was entered.
+The runtime deep-merges what it returns into the instance data, so the flags written
+earlier stay without being copied (the C# original copied them forward).
 """
 
 from datetime import datetime, UTC
-
-CARRIED = (
-    "testPath",
-    "initialized",
-    "initializedAt",
-    "stepLog",
-    "transitionMappingExecuted",
-    "transitionMappingAt",
-)
 
 
 def input_handler(task, context):
@@ -20,8 +13,4 @@ def input_handler(task, context):
 
 
 def output_handler(context):
-    data = context.instance.data or {}
-    result = {name: data[name] for name in CARRIED if name in data}
-    result["processEntryExecuted"] = True
-    result["processedAt"] = datetime.now(UTC).isoformat()
-    return result
+    return {"processEntryExecuted": True, "processedAt": datetime.now(UTC).isoformat()}

@@ -1,20 +1,11 @@
-"""onExit mapping of `processing-state`, re-authored from the upstream .csx.
+"""onExit mapping of `processing-state`: marks that the state was left
+Re-authored from the upstream .csx.
 
-Carries the flags written so far and marks that the state was left.
+The runtime deep-merges what it returns into the instance data, so the flags written
+earlier stay without being copied (the C# original copied them forward).
 """
 
 from datetime import datetime, UTC
-
-CARRIED = (
-    "testPath",
-    "initialized",
-    "initializedAt",
-    "stepLog",
-    "transitionMappingExecuted",
-    "transitionMappingAt",
-    "processEntryExecuted",
-    "processedAt",
-)
 
 
 def input_handler(task, context):
@@ -22,8 +13,4 @@ def input_handler(task, context):
 
 
 def output_handler(context):
-    data = context.instance.data or {}
-    result = {name: data[name] for name in CARRIED if name in data}
-    result["processExitExecuted"] = True
-    result["exitedAt"] = datetime.now(UTC).isoformat()
-    return result
+    return {"processExitExecuted": True, "exitedAt": datetime.now(UTC).isoformat()}

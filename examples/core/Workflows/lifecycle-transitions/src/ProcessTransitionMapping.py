@@ -1,17 +1,12 @@
-"""Transition mapping of `move-to-processing`, re-authored from the upstream .csx.
+"""Transition mapping of `move-to-processing`, re-authored from the upstream .csx: marks that it
+ran. Its result is merged into the data instead of the request body.
 
-Its result replaces the request body as the data written by the transition: the flags set at
-start are carried over, and the mapping marks that it ran.
+The runtime deep-merges what it returns into the instance data, so the flags written
+earlier stay without being copied (the C# original copied them forward).
 """
 
 from datetime import datetime, UTC
 
-CARRIED = ("testPath", "initialized", "initializedAt", "stepLog")
-
 
 def handler(context):
-    data = context.instance.data or {}
-    result = {name: data[name] for name in CARRIED if name in data}
-    result["transitionMappingExecuted"] = True
-    result["transitionMappingAt"] = datetime.now(UTC).isoformat()
-    return result
+    return {"transitionMappingExecuted": True, "transitionMappingAt": datetime.now(UTC).isoformat()}

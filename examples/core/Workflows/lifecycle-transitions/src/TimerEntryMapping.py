@@ -1,22 +1,11 @@
-"""onEntry mapping of `timer-triggered-state`, re-authored from the upstream .csx.
+"""onEntry mapping of `timer-triggered-state`: marks that the timer fired
+Re-authored from the upstream .csx.
 
-Carries the flags written so far and marks that the scheduled transition fired.
+The runtime deep-merges what it returns into the instance data, so the flags written
+earlier stay without being copied (the C# original copied them forward).
 """
 
 from datetime import datetime, UTC
-
-CARRIED = (
-    "testPath",
-    "initialized",
-    "initializedAt",
-    "stepLog",
-    "transitionMappingExecuted",
-    "transitionMappingAt",
-    "processEntryExecuted",
-    "processedAt",
-    "processExitExecuted",
-    "exitedAt",
-)
 
 
 def input_handler(task, context):
@@ -24,8 +13,4 @@ def input_handler(task, context):
 
 
 def output_handler(context):
-    data = context.instance.data or {}
-    result = {name: data[name] for name in CARRIED if name in data}
-    result["timerTriggered"] = True
-    result["timerTriggeredAt"] = datetime.now(UTC).isoformat()
-    return result
+    return {"timerTriggered": True, "timerTriggeredAt": datetime.now(UTC).isoformat()}
