@@ -4,11 +4,21 @@ from typing import Any
 
 from django.conf import settings
 
+from instances.engine.script_pool import PoolSettings
+
 DEFAULTS: dict[str, Any] = {
     # Wall-clock limit for one script call (rule, mapping, timer, ...), in seconds.
     "SCRIPT_TIMEOUT_SECONDS": 2.0,
-    # Modules every workflow's scripts may import; `attributes.scripts.allowedModules` adds more.
-    "SCRIPT_DEFAULT_ALLOWED_MODULES": ("math", "datetime", "decimal", "re", "json"),
+    # Script worker processes (per server or Celery process); None = one per CPU.
+    "SCRIPT_WORKERS": None,
+    # Address-space limit of each script worker, in MiB.
+    "SCRIPT_MEMORY_MB": 512,
+    # The user script workers run as when the server runs as root.
+    "SCRIPT_WORKER_USER": "nobody",
+    # Largest JSON a script call may send or answer, in bytes.
+    "SCRIPT_MAX_PAYLOAD_BYTES": 16 * 1024 * 1024,
+    # How long a call waits for a free script worker before `Script:Unavailable`.
+    "SCRIPT_POOL_WAIT_SECONDS": 10.0,
     # Folder of example workflows that `make run` imports.
     "EXAMPLES_DIR": None,
     # Jobs: "celery" or "embedded"; None picks celery when CELERY_BROKER_URL is set.
@@ -24,6 +34,18 @@ DEFAULTS: dict[str, Any] = {
     # Worker threads of the embedded (in-process) job runner.
     "EMBEDDED_RUNNER_THREADS": 4,
 }
+
+
+def script_pool_settings() -> PoolSettings:
+    """The script worker pool's settings, from `VNEXT`."""
+    workers = vnext_setting("SCRIPT_WORKERS")
+    return PoolSettings(
+        size=int(workers) if workers else PoolSettings().size,
+        memory_mb=int(vnext_setting("SCRIPT_MEMORY_MB")),
+        user=vnext_setting("SCRIPT_WORKER_USER") or None,
+        max_payload_bytes=int(vnext_setting("SCRIPT_MAX_PAYLOAD_BYTES")),
+        wait_seconds=float(vnext_setting("SCRIPT_POOL_WAIT_SECONDS")),
+    )
 
 
 def vnext_setting(name: str) -> Any:

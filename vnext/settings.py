@@ -147,6 +147,11 @@ CHANNEL_LAYERS = {
 # The platform's own settings, read through `vnext.conf.vnext_setting` (defaults live there).
 VNEXT = {
     "SCRIPT_TIMEOUT_SECONDS": env.float("VNEXT_SCRIPT_TIMEOUT_SECONDS", default=2.0),
+    "SCRIPT_WORKERS": env.int("VNEXT_SCRIPT_WORKERS", default=0) or None,
+    "SCRIPT_MEMORY_MB": env.int("VNEXT_SCRIPT_MEMORY_MB", default=512),
+    "SCRIPT_WORKER_USER": env.str("VNEXT_SCRIPT_WORKER_USER", default="nobody"),
+    "SCRIPT_MAX_PAYLOAD_BYTES": env.int("VNEXT_SCRIPT_MAX_PAYLOAD_BYTES", default=16 * 1024 * 1024),
+    "SCRIPT_POOL_WAIT_SECONDS": env.float("VNEXT_SCRIPT_POOL_WAIT_SECONDS", default=10.0),
     "EXAMPLES_DIR": BASE_DIR / "examples",
     "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,
     "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),

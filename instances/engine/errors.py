@@ -53,6 +53,11 @@ class Codes:
     TASK_HTTP_TIMEOUT = ErrorCode("Task:Http:Timeout", 504, "HTTP task timed out")
     TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 502, "Task type is not supported here")
     SCRIPT_FAILED = ErrorCode("Script:100001", 422, "Script failed")
+    SCRIPT_TIMEOUT = ErrorCode("Script:Timeout", 422, "Script ran past its time limit")
+    SCRIPT_RESOURCE_LIMIT = ErrorCode(
+        "Script:ResourceLimit", 422, "Script exceeded its memory or its worker died"
+    )
+    SCRIPT_UNAVAILABLE = ErrorCode("Script:Unavailable", 503, "No script worker is available")
     RESOURCE_LOCK_CONFLICT = ErrorCode("ResourceLockConflict", 409, "Resource is locked")
     RESOURCE_LOCK_NOT_AVAILABLE = ErrorCode(
         "ResourceLock:NotAvailable", 422, "Resource locks are not configured"
@@ -72,6 +77,14 @@ class Codes:
         "unsupported_operator", 400, "Unsupported filter operator"
     )
     FILTER_INVALID_COLUMN = ErrorCode("invalid_column", 400, "Unknown filter or sort column")
+
+    @staticmethod
+    def script(code: str) -> ErrorCode:
+        """The table entry of a script failure's code (`Script:Timeout`, ...)."""
+        return next(
+            (e for e in all_codes() if e.code == code and e.code.startswith("Script:")),
+            Codes.SCRIPT_FAILED,
+        )
 
     @staticmethod
     def task_http(status: int) -> ErrorCode:

@@ -31,7 +31,7 @@ from instances.engine.records import (
     PendingWrites,
     TransitionRow,
 )
-from instances.engine.script_runner import ScriptRunner
+from instances.engine.script_runner import ScriptExecutor, ScriptRunner
 from instances.engine.scripts import ScriptError
 from instances.engine.task_types import TaskFailure
 from instances.engine.tasks import TaskRunner
@@ -87,6 +87,8 @@ class EngineConfig:
 
     script_timeout_seconds: float = 2.0
     max_chain_depth: int = MAX_CHAIN_DEPTH
+    # Where script calls run; None is the process-wide worker pool.
+    script_executor: ScriptExecutor | None = None
 
 
 class Engine:
@@ -107,7 +109,9 @@ class Engine:
         self.locks = locks
         self.config = config or EngineConfig()
         self.clock = clock
-        self.scripts = ScriptRunner(components, self.config.script_timeout_seconds)
+        self.scripts = ScriptRunner(
+            components, self.config.script_timeout_seconds, self.config.script_executor
+        )
         self.tasks = TaskRunner(components, self.scripts, reader)
         from instances.engine.steps import STEPS
 
@@ -381,7 +385,8 @@ def _describe_failure(exc: BaseException) -> tuple[str, int, str]:
         known = next((e for e in all_codes() if e.code == exc.code), None)
         return exc.code, known.http_status if known else 502, exc.message
     if isinstance(exc, ScriptError):
-        return Codes.SCRIPT_FAILED.code, Codes.SCRIPT_FAILED.http_status, str(exc)
+        error = Codes.script(exc.code)
+        return error.code, error.http_status, str(exc)
     return Codes.APP_INTERNAL.code, 500, "internal error"
 
 

@@ -1,49 +1,49 @@
-"""Running a definition's script objects: decode (REF through the registry), compile (cached),
-load into the sandbox with the workflow's allow-list, call a handler. Also the context objects
-scripts receive (`context.instance.data`, `context.body`, ...)."""
+"""Running a definition's script objects: decode (REF through the registry), compile (cached;
+for the handler list and early errors), then call a handler in the script worker pool. Also the
+context objects scripts receive (`context.instance.data`, `context.body`, ...).
+
+Scripts never run in this process: each call is a round trip to a worker
+(`instances.engine.script_pool`) that gets JSON arguments and answers with a JSON value.
+"""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, VNextError
 from instances.engine.ports import Components
 from instances.engine.records import InstanceSnapshot
+from instances.engine.script_pool import ScriptCall, ScriptReply, script_pool
+from instances.engine.script_wire import ScriptObject
 from instances.engine.scripts import (
-    LoadedScript,
-    Sandbox,
+    CompiledScript,
+    ScriptError,
     ScriptResponse,
     ScriptTextMissing,
     compile_script,
     script_text,
 )
 
+__all__ = [
+    "ScriptExecutor",
+    "ScriptHandle",
+    "ScriptObject",
+    "ScriptRunner",
+    "instance_view",
+    "response_data",
+    "script_context",
+]
 
-class ScriptObject:
-    """An attribute bag scripts read (`context.instance.state`) and may write to."""
 
-    _guarded_writes = True
+class ScriptExecutor(Protocol):
+    """Runs one script call somewhere isolated (the worker pool in production)."""
 
-    def __init__(self, **values: Any) -> None:
-        self.__dict__.update(values)
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for missing attributes: keep Python's error, give type checkers `Any`.
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self.__dict__[name] = value
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """`context.get("body")`: attribute access for scripts written dict-style."""
-        return self.__dict__.get(name, default)
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
-        return f"{type(self).__name__}({fields})"
+    def run(self, call: ScriptCall) -> ScriptReply:
+        """Run `call`; raise the `ScriptError` it ends with."""
+        ...
 
 
 def instance_view(instance: InstanceSnapshot) -> ScriptObject:
@@ -89,24 +89,66 @@ def response_data(value: Any) -> Any:
 
 
 @dataclass
+class ScriptHandle:
+    """A definition's script ready to call: its source, the modules it may import and the
+    handlers it defines."""
+
+    runner: ScriptRunner
+    compiled: CompiledScript
+    source: str
+    allowed_modules: frozenset[str]
+
+    def has(self, name: str) -> bool:
+        """True when the script provides handler `name` (a function or a method of its class)."""
+        return self.compiled.defines(name)
+
+    def call(self, name: str, *args: Any, updates: tuple[int, ...] = ()) -> Any:
+        """Call handler `name` with `args` in a worker and return its value. The context objects
+        at the positions in `updates` take the attribute values the handler left them with."""
+        if not self.has(name):
+            raise ScriptError(
+                f"the script defines no {name!r} handler", location=self.compiled.location
+            )
+        reply = self.runner.executor.run(
+            ScriptCall(
+                source=self.source,
+                location=self.compiled.location,
+                handler=name,
+                args=args,
+                allowed_modules=self.allowed_modules,
+                timeout_seconds=self.runner.timeout_seconds,
+                return_arguments=updates,
+            )
+        )
+        for position, state in zip(updates, reply.arguments, strict=False):
+            target = args[position]
+            if isinstance(target, ScriptObject) and isinstance(state, dict):
+                vars(target).clear()
+                vars(target).update(state)
+        return reply.value
+
+
+@dataclass
 class ScriptRunner:
-    """Loads definition script objects into the sandbox."""
+    """Loads definition script objects and calls their handlers through a `ScriptExecutor`."""
 
     components: Components
     timeout_seconds: float = 2.0
+    script_executor: ScriptExecutor | None = None
 
-    def load(self, node: dict[str, Any], definition: WorkflowDefinition) -> LoadedScript:
-        """Decode, compile (cached by content) and load a script object of `definition`."""
+    @property
+    def executor(self) -> ScriptExecutor:
+        """The executor calls go to: the one given, else the process-wide worker pool."""
+        return self.script_executor or script_pool()
+
+    def load(self, node: dict[str, Any], definition: WorkflowDefinition) -> ScriptHandle:
+        """Decode and compile (cached by content) a script object of `definition`."""
         source = self._source(node)
         location = str(node.get("location") or f"{definition.key}:script")
         compiled = compile_script(source, location)
         local = node.get("scripts") if isinstance(node.get("scripts"), dict) else {}
         extra = frozenset(m for m in (local or {}).get("allowedModules", []) if isinstance(m, str))
-        sandbox = Sandbox(
-            allowed_modules=definition.allowed_modules | extra,
-            timeout_seconds=self.timeout_seconds,
-        )
-        return sandbox.load(compiled)
+        return ScriptHandle(self, compiled, source, definition.allowed_modules | extra)
 
     def call(
         self, node: dict[str, Any], definition: WorkflowDefinition, handler: str, *args: Any

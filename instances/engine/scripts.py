@@ -1,9 +1,10 @@
-"""The script sandbox: compile, check and run workflow authors' Python scripts.
+"""Workflow scripts at compile time, shared by publish-time validation, the server and the
+script workers: source decoding, RestrictedPython compilation (cached by content hash), the
+closed list of modules scripts may import, and the errors every layer reports.
 
-Scripts are compiled with RestrictedPython (no dunder access, no exec/eval), imports pass an
-allow-list, every loop iteration and function call checks a wall-clock budget, and operations that
-could allocate without bound (`*`, `**`, `<<`, `range`, padding methods) are size-checked first.
-Compiled code is cached by content hash. One place runs scripts: `Sandbox`.
+Scripts never run in the server process: `instances.engine.script_pool` sends each call to a
+worker process (`instances.engine.script_worker`), which runs it with the guards of
+`instances.engine.sandbox`.
 """
 
 from __future__ import annotations
@@ -11,60 +12,68 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
-import builtins
 import hashlib
-import logging
 import threading
-import time
-import traceback
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from types import CodeType, ModuleType
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from types import CodeType
 from typing import Any, cast
 
-from RestrictedPython import RestrictingNodeTransformer, compile_restricted_exec, safe_builtins
-from RestrictedPython.Eval import default_guarded_getitem
-from RestrictedPython.Guards import (
-    full_write_guard,
-    guarded_iter_unpack_sequence,
-    guarded_unpack_sequence,
-)
-from RestrictedPython.PrintCollector import PrintCollector
+from RestrictedPython import RestrictingNodeTransformer, compile_restricted_exec
 
-logger = logging.getLogger("vnext.scripts")
-
-DEFAULT_ALLOWED_MODULES: frozenset[str] = frozenset({"math", "datetime", "decimal", "re", "json"})
-
-# Modules that reach the interpreter, the OS, the network or the sandbox's own guards. They stay
-# refused even when a workflow lists them in `allowedModules`: an allow-list entry is a request,
-# not an override of the sandbox.
-FORBIDDEN_MODULES: frozenset[str] = frozenset(
+# The closed list of modules a script may ever import, each reviewed: pure computation, no I/O, no
+# process or interpreter state, no way to walk attributes by a computed name. A workflow's
+# `attributes.scripts.allowedModules` picks from this list; anything else is refused at publish.
+# Where a module also holds something unsafe, `MODULE_ATTRIBUTES` narrows what scripts see of it.
+SCRIPT_MODULES: frozenset[str] = frozenset(
     {
-        "os", "sys", "subprocess", "shutil", "socket", "importlib", "builtins", "ctypes", "io",
-        "pathlib", "pickle", "marshal", "gc", "inspect", "types", "threading", "multiprocessing",
-        "signal", "code", "codeop", "runpy", "pty", "tempfile", "glob", "fcntl", "resource",
-        "posix", "nt", "asyncio", "ssl", "select", "selectors", "mmap", "sqlite3", "zipimport",
-        "pkgutil", "site", "sysconfig", "operator", "codecs", "ast", "dis", "traceback", "weakref",
-        "copyreg", "linecache", "tracemalloc", "faulthandler", "atexit", "http", "urllib",
-        "ftplib", "smtplib", "telnetlib", "concurrent", "platform", "shelve", "dbm", "zipfile",
-        "tarfile", "webbrowser", "pdb", "bdb", "trace", "cProfile", "profile", "timeit",
-        "RestrictedPython", "django", "instances", "workflows", "vnext", "locks",
+        "math", "cmath", "datetime", "decimal", "fractions", "re", "json", "statistics",
+        "itertools", "functools", "string", "base64", "hashlib", "hmac", "bisect", "heapq",
+        "unicodedata", "collections", "uuid",
     }
 )  # fmt: skip
 
-MAX_SEQUENCE_LENGTH = 10_000_000
-MAX_INTEGER_BITS = 1_000_000
+# Every workflow's scripts may import these without listing them.
+DEFAULT_ALLOWED_MODULES: frozenset[str] = frozenset({"math", "datetime", "decimal", "re", "json"})
+
+# Modules of the closed list of which scripts see only the named attributes:
+# - string: `Formatter` walks attributes of its arguments by name (`{0.x.y}`); constants only.
+# - collections: `namedtuple` builds classes with exec; `abc` is a module.
+# - uuid: `uuid1`/`getnode` read the network interfaces, possibly by running a program.
+# - functools: the caches and wrappers, not `singledispatch` registries shared by reference.
+MODULE_ATTRIBUTES: dict[str, frozenset[str]] = {
+    "string": frozenset(
+        {
+            "ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits", "hexdigits",
+            "octdigits", "punctuation", "printable", "whitespace", "capwords", "Template",
+        }
+    ),
+    "collections": frozenset({"Counter", "OrderedDict", "defaultdict", "deque", "ChainMap"}),
+    "uuid": frozenset(
+        {
+            "UUID", "uuid3", "uuid4", "uuid5", "NAMESPACE_DNS", "NAMESPACE_URL", "NAMESPACE_OID",
+            "NAMESPACE_X500",
+        }
+    ),
+    "functools": frozenset(
+        {"reduce", "partial", "lru_cache", "cache", "cmp_to_key", "total_ordering", "wraps"}
+    ),
+}  # fmt: skip
+
 SCRIPT_ENCODINGS = ("NAT", "B64")
+MAX_SOURCE_CHARACTERS = 256 * 1024
 
 
 class ScriptError(Exception):
     """A script failed to compile, was refused, ran out of time or raised.
 
-    `location` names the script (its `location` field or JSON pointer), `line` the line in it.
+    `location` names the script (its `location` field or JSON pointer), `line` the line in it;
+    `code` is the public error code a fault of this kind reports.
     """
 
     kind = "runtime"
+    code = "Script:100001"
 
     def __init__(self, message: str, *, location: str, line: int | None = None) -> None:
         self.message = message
@@ -101,23 +110,30 @@ class ScriptRefused(ScriptError):
 
 
 class ScriptTimeout(ScriptError):
-    """The script ran past its wall-clock budget."""
+    """The script ran past its wall-clock deadline (its worker is replaced if it was stuck)."""
 
     kind = "timeout"
+    code = "Script:Timeout"
 
 
-class _BudgetExpired(BaseException):
-    # BaseException, so a script's `except Exception:` cannot swallow the time limit.
-    pass
+class ScriptResourceLimit(ScriptError):
+    """The script's worker ran out of memory or died; the worker was replaced."""
+
+    kind = "resource"
+    code = "Script:ResourceLimit"
 
 
-class _SizeRefused(BaseException):
-    pass
+class ScriptUnavailable(ScriptError):
+    """No script worker could take the call in time (all busy, or none could be started)."""
+
+    kind = "unavailable"
+    code = "Script:Unavailable"
 
 
-class _Refusal(ImportError):
-    # Raised inside a script for a refused import or call; reported as `ScriptRefused`.
-    pass
+ERROR_KINDS: dict[str, type[ScriptError]] = {
+    error.kind: error
+    for error in (ScriptError, ScriptRefused, ScriptTimeout, ScriptResourceLimit, ScriptUnavailable)
+}
 
 
 def decode_source(code: str, encoding: str | None) -> str:
@@ -167,22 +183,22 @@ def script_text(
 
 
 def forbidden_module_reason(module: str) -> str | None:
-    """Why `module` can never be imported by a script, or None when an allow-list may admit it."""
-    top = module.split(".")[0]
-    if top.startswith("_") or any(part.startswith("_") for part in module.split(".")):
+    """Why `module` can never be imported by a script, or None when it is on the closed list
+    (a workflow may then allow it)."""
+    if module in SCRIPT_MODULES:
+        return None
+    if any(part.startswith("_") for part in module.split(".")):
         return f"module {module!r} is private"
-    if top in FORBIDDEN_MODULES or module in FORBIDDEN_MODULES:
-        return f"module {module!r} is never allowed in scripts"
-    return None
+    return (
+        f"module {module!r} is not one scripts may import "
+        f"(the platform's list: {', '.join(sorted(SCRIPT_MODULES))})"
+    )
 
 
 def is_module_allowed(module: str, allowed: Iterable[str]) -> bool:
-    """True when `module` (or the package it belongs to) is on the allow-list and not forbidden."""
-    if forbidden_module_reason(module):
-        return False
-    allowed_set = set(allowed)
-    parts = module.split(".")
-    return any(".".join(parts[:i]) in allowed_set for i in range(1, len(parts) + 1))
+    """True when `module` is on the closed list and on the workflow's allow-list. Submodules
+    (`json.decoder`) are not importable unless listed themselves."""
+    return module in SCRIPT_MODULES and module in set(allowed)
 
 
 # --- compilation -------------------------------------------------------------------------------
@@ -276,13 +292,25 @@ def compile_script(source: str, location: str) -> CompiledScript:
 def _compile_uncached(source: str, location: str, digest: str) -> CompiledScript:
     if not source.strip():
         raise ScriptCompileError([(None, "script is empty")], location=location)
-    result = compile_restricted_exec(source, filename=location, policy=_SandboxTransformer)
-    if result.errors or result.code is None:
+    if len(source) > MAX_SOURCE_CHARACTERS:
+        raise ScriptCompileError(
+            [(None, f"script is longer than {MAX_SOURCE_CHARACTERS:,} characters")],
+            location=location,
+        )
+    try:
+        result = compile_restricted_exec(source, filename=location, policy=_SandboxTransformer)
+        tree = ast.parse(source, filename=location) if result.code is not None else None
+    except (RecursionError, MemoryError, ValueError) as exc:
+        # Nesting too deep for the compiler, or a NUL character in the source.
+        raise ScriptCompileError(
+            [(None, f"script cannot be compiled: {type(exc).__name__}: {exc}")],
+            location=location,
+        ) from None
+    if result.errors or result.code is None or tree is None:
         problems = [_parse_restricted_error(error) for error in result.errors] or [
             (None, "script does not compile")
         ]
         raise ScriptCompileError(problems, location=location)
-    tree = ast.parse(source, filename=location)
     return CompiledScript(
         location=location,
         source_hash=digest,
@@ -338,9 +366,6 @@ def check_imports(compiled: CompiledScript, allowed_modules: Iterable[str]) -> l
     return problems
 
 
-# --- helpers scripts get without importing ----------------------------------------------------
-
-
 @dataclass
 class ScriptResponse:
     """What a handler may return: data to merge, plus optional key, tags, headers, status."""
@@ -351,408 +376,3 @@ class ScriptResponse:
     headers: dict[str, str] | None = None
     status_code: int | None = None
     _guarded_writes = True
-
-
-_MISSING = object()
-
-
-def _step(obj: Any, part: str) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(part, _MISSING)
-    if isinstance(obj, list | tuple) and part.lstrip("-").isdigit():
-        index = int(part)
-        return obj[index] if -len(obj) <= index < len(obj) else _MISSING
-    if part.startswith("_"):
-        return _MISSING
-    return getattr(obj, part, _MISSING)
-
-
-def script_get(obj: Any, path: str, default: Any = None) -> Any:
-    """`get(context.instance.data, "customer.address.city", default)` for scripts."""
-    current = obj
-    for part in path.split("."):
-        current = _step(current, part)
-        if current is _MISSING or current is None:
-            return default
-    return current
-
-
-def script_has(obj: Any, path: str) -> bool:
-    """True when `path` resolves to a value (None counts as present)."""
-    current = obj
-    for part in path.split("."):
-        current = _step(current, part)
-        if current is _MISSING:
-            return False
-    return True
-
-
-def script_as_list(value: Any) -> list[Any]:
-    """None -> [], a list or tuple -> a list of it, anything else -> [value]."""
-    if value is None:
-        return []
-    if isinstance(value, list | tuple):
-        return list(value)
-    return [value]
-
-
-class _ScriptLog:
-    """The `log` object scripts get: `log.info("...")`, `log.warning(...)`, `log.error(...)`."""
-
-    _guarded_writes = True
-
-    def __init__(self, location: str) -> None:
-        self._location = location
-
-    def _emit(self, level: int, message: Any, *args: Any) -> None:
-        logger.log(level, "[%s] " + str(message), self._location, *args)
-
-    def debug(self, message: Any, *args: Any) -> None:
-        self._emit(logging.DEBUG, message, *args)
-
-    def info(self, message: Any, *args: Any) -> None:
-        self._emit(logging.INFO, message, *args)
-
-    def warning(self, message: Any, *args: Any) -> None:
-        self._emit(logging.WARNING, message, *args)
-
-    def error(self, message: Any, *args: Any) -> None:
-        self._emit(logging.ERROR, message, *args)
-
-    def __call__(self, message: Any, *args: Any) -> None:
-        self.info(message, *args)
-
-
-class _ModuleProxy:
-    """An allowed module as scripts see it: public attributes only, no reaching other modules."""
-
-    def __init__(self, module: ModuleType, allowed: frozenset[str]) -> None:
-        object.__setattr__(self, "_module", module)
-        object.__setattr__(self, "_allowed", allowed)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(f"module attribute {name!r} is private")
-        value = getattr(self._module, name)
-        if isinstance(value, ModuleType):
-            if not is_module_allowed(value.__name__, self._allowed):
-                raise AttributeError(f"module {value.__name__!r} is not allowed in scripts")
-            return _ModuleProxy(value, self._allowed)
-        return value
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("modules are read-only in scripts")
-
-    def __repr__(self) -> str:
-        return f"<module {self._module.__name__!r} (sandboxed)>"
-
-
-class _ScriptClassMeta(type):
-    """Metaclass of classes defined by scripts: their instances accept attribute writes."""
-
-    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> Any:
-        namespace["_guarded_writes"] = True
-        return super().__new__(mcs, name, bases, namespace)
-
-
-class _LoggingPrint(PrintCollector):
-    """`print()` in a script goes to the log, not to the server's stdout."""
-
-    def _call_print(self, *objects: Any, **kwargs: Any) -> None:
-        logger.info("script print: %s", " ".join(str(item) for item in objects))
-
-
-# --- running ----------------------------------------------------------------------------------
-
-
-@dataclass
-class _Budget:
-    """The wall-clock deadline of the current call; once expired it stays expired."""
-
-    seconds: float
-    deadline: float = 0.0
-    expired: bool = False
-
-    def start(self) -> None:
-        self.deadline = time.monotonic() + self.seconds
-        self.expired = False
-
-    def tick(self) -> None:
-        if self.expired or time.monotonic() > self.deadline:
-            self.expired = True
-            raise _BudgetExpired()
-
-
-_PADDING_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
-
-
-def _check_length(length: int) -> None:
-    if length > MAX_SEQUENCE_LENGTH:
-        raise _SizeRefused(
-            f"result of {length:,} items exceeds the sandbox limit of {MAX_SEQUENCE_LENGTH:,}"
-        )
-
-
-def _guarded_binop(symbol: str, left: Any, right: Any) -> Any:
-    if symbol == "*":
-        for seq, count in ((left, right), (right, left)):
-            if isinstance(seq, str | bytes | list | tuple) and isinstance(count, int):
-                _check_length(len(seq) * max(count, 0))
-        return left * right
-    if symbol == "**":
-        # The result has about bit_length(left) * right bits.
-        if (
-            isinstance(left, int)
-            and isinstance(right, int)
-            and abs(left) > 1
-            and max(abs(left).bit_length() - 1, 1) * right > MAX_INTEGER_BITS
-        ):
-            raise _SizeRefused(f"{left} ** {right} exceeds the sandbox integer limit")
-        return left**right
-    # "<<"
-    if isinstance(left, int) and isinstance(right, int) and right > MAX_INTEGER_BITS:
-        raise _SizeRefused(f"{left} << {right} exceeds the sandbox integer limit")
-    return left << right
-
-
-_INPLACE = {
-    "+=": lambda a, b: a + b,
-    "-=": lambda a, b: a - b,
-    "/=": lambda a, b: a / b,
-    "//=": lambda a, b: a // b,
-    "%=": lambda a, b: a % b,
-    "&=": lambda a, b: a & b,
-    "|=": lambda a, b: a | b,
-    "^=": lambda a, b: a ^ b,
-    ">>=": lambda a, b: a >> b,
-    "@=": lambda a, b: a @ b,
-}
-
-
-def _guarded_inplace(op: str, left: Any, right: Any) -> Any:
-    if op in ("*=", "**=", "<<="):
-        return _guarded_binop(op[:-1], left, right)
-    if op == "+=" and isinstance(left, str | bytes | list | tuple) and hasattr(right, "__len__"):
-        _check_length(len(left) + len(right))
-    return _INPLACE[op](left, right)
-
-
-def _guarded_range(*args: int) -> range:
-    result = range(*args)
-    _check_length(len(result))
-    return result
-
-
-def _guarded_pow(base: Any, exponent: Any, modulo: Any = None) -> Any:
-    if modulo is not None:
-        return pow(base, exponent, modulo)
-    return _guarded_binop("**", base, exponent)
-
-
-def _guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
-    if not isinstance(name, str):
-        raise TypeError("attribute name must be a string")
-    if name.startswith("_"):
-        raise AttributeError(f'"{name}" is an invalid attribute name because it starts with "_"')
-    if isinstance(obj, str | bytes) and name in ("format", "format_map"):
-        # str.format can reach attributes of its arguments ("{0.__class__}"): refused.
-        raise _Refusal(f"str.{name}() is not allowed in scripts; use f-strings")
-    value = getattr(obj, name, *default)
-    if name in _PADDING_METHODS and isinstance(obj, str | bytes):
-
-        def padded(width: int, *rest: Any) -> Any:
-            _check_length(width if name != "expandtabs" else len(obj) * max(width, 1))
-            return value(width, *rest)
-
-        return padded
-    return value
-
-
-def _guarded_hasattr(obj: Any, name: str) -> bool:
-    if not isinstance(name, str) or name.startswith("_"):
-        return False
-    return hasattr(obj, name)
-
-
-def _apply(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    return function(*args, **kwargs)
-
-
-_EXTRA_BUILTINS = (
-    "dict", "list", "tuple", "set", "frozenset", "enumerate", "zip", "map", "filter", "sum",
-    "min", "max", "sorted", "reversed", "any", "all", "iter", "next", "format", "ascii", "bin",
-    "StopIteration", "ValueError", "TypeError", "KeyError", "IndexError", "Exception",
-    "ArithmeticError", "ZeroDivisionError", "RuntimeError", "LookupError", "AttributeError",
-    "NotImplementedError", "OverflowError",
-)  # fmt: skip
-
-
-def _base_builtins() -> dict[str, Any]:
-    names = dict(safe_builtins)
-    for name in _EXTRA_BUILTINS:
-        names[name] = getattr(builtins, name)
-    names.update(
-        range=_guarded_range,
-        pow=_guarded_pow,
-        getattr=_guarded_getattr,
-        hasattr=_guarded_hasattr,
-        ScriptResponse=ScriptResponse,
-        get=script_get,
-        has=script_has,
-        as_list=script_as_list,
-    )
-    return names
-
-
-_BASE_BUILTINS = _base_builtins()
-
-
-@dataclass
-class Sandbox:
-    """Runs compiled scripts with an import allow-list and a wall-clock limit per call."""
-
-    allowed_modules: frozenset[str] = DEFAULT_ALLOWED_MODULES
-    timeout_seconds: float = 2.0
-    extra_globals: Mapping[str, Any] = field(default_factory=dict)
-
-    def load(self, compiled: CompiledScript) -> LoadedScript:
-        """Execute the script's module body (definitions) and return it ready for calls."""
-        budget = _Budget(self.timeout_seconds)
-        namespace = self._namespace(compiled, budget)
-        script = LoadedScript(compiled=compiled, namespace=namespace, budget=budget)
-        script.run_guarded(lambda: exec(compiled.code, namespace))
-        return script
-
-    def run(self, compiled: CompiledScript, handler: str, *args: Any) -> Any:
-        """Load `compiled` and call its `handler` with `args` in one go."""
-        return self.load(compiled).call(handler, *args)
-
-    def _namespace(self, compiled: CompiledScript, budget: _Budget) -> dict[str, Any]:
-        allowed = frozenset(self.allowed_modules)
-
-        def guarded_import(
-            name: str,
-            globals_: Any = None,
-            locals_: Any = None,
-            fromlist: Any = (),
-            level: int = 0,
-        ) -> Any:
-            if level:
-                raise _Refusal("relative imports are not allowed")
-            if not is_module_allowed(name, allowed):
-                raise _Refusal(
-                    forbidden_module_reason(name) or f"import of {name!r} is not allowed"
-                )
-            # `import a.b` binds `a`; the proxy re-checks every submodule reached through it.
-            return _ModuleProxy(builtins.__import__(name, {}, {}, fromlist or (), 0), allowed)
-
-        def guarded_iter(iterable: Any) -> Iterator[Any]:
-            for item in iter(iterable):
-                budget.tick()
-                yield item
-
-        script_builtins = dict(_BASE_BUILTINS)
-        script_builtins["__import__"] = guarded_import
-        script_builtins["log"] = _ScriptLog(compiled.location)
-        return {
-            "__builtins__": script_builtins,
-            "__name__": "vnext_script",
-            "__metaclass__": _ScriptClassMeta,
-            "_getattr_": _guarded_getattr,
-            "_getitem_": default_guarded_getitem,
-            "_getiter_": guarded_iter,
-            "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
-            "_unpack_sequence_": guarded_unpack_sequence,
-            "_write_": full_write_guard,
-            "_inplacevar_": _guarded_inplace,
-            "_apply_": _apply,
-            "_print_": _LoggingPrint,
-            "_tick_": budget.tick,
-            "_binop_": _guarded_binop,
-            **self.extra_globals,
-        }
-
-
-@dataclass
-class LoadedScript:
-    """A script whose definitions are in place; `call` runs one handler under the budget."""
-
-    compiled: CompiledScript
-    namespace: dict[str, Any]
-    budget: _Budget
-    _instance: Any = None
-
-    def has(self, name: str) -> bool:
-        """True when the script provides handler `name`."""
-        return self._resolve(name) is not None
-
-    def call(self, name: str, *args: Any) -> Any:
-        """Call handler `name` with `args`; any failure becomes a `ScriptError` naming the line."""
-        handler = self._resolve(name)
-        if handler is None:
-            raise ScriptError(
-                f"the script defines no {name!r} handler", location=self.compiled.location
-            )
-        return self.run_guarded(lambda: handler(*args))
-
-    def _resolve(self, name: str) -> Callable[..., Any] | None:
-        function = self.namespace.get(name)
-        if callable(function) and not isinstance(function, type):
-            return function
-        for value in list(self.namespace.values()):
-            if isinstance(value, _ScriptClassMeta) and name in vars(value):
-                if not isinstance(self._instance, value):
-                    self._instance = self.run_guarded(value)
-                method = getattr(self._instance, name)
-                return method if callable(method) else None
-        return None
-
-    def run_guarded(self, action: Callable[[], Any]) -> Any:
-        """Run `action` under a fresh budget, translating every failure into a `ScriptError`."""
-        location = self.compiled.location
-        self.budget.start()
-        try:
-            result = action()
-        except _BudgetExpired as exc:
-            raise ScriptTimeout(
-                f"script exceeded its time limit of {self.budget.seconds:g} s",
-                location=location,
-                line=_script_line(exc, location),
-            ) from None
-        except _SizeRefused as exc:
-            raise ScriptRefused(
-                str(exc), location=location, line=_script_line(exc, location)
-            ) from None
-        except _Refusal as exc:
-            raise ScriptRefused(
-                str(exc), location=location, line=_script_line(exc, location)
-            ) from None
-        except MemoryError as exc:
-            raise ScriptRefused(
-                "script ran out of memory", location=location, line=_script_line(exc, location)
-            ) from None
-        except RecursionError as exc:
-            raise ScriptError(
-                "maximum recursion depth exceeded",
-                location=location,
-                line=_script_line(exc, location),
-            ) from None
-        except ScriptError:
-            raise
-        except Exception as exc:
-            raise ScriptError(
-                f"{type(exc).__name__}: {exc}", location=location, line=_script_line(exc, location)
-            ) from exc
-        if self.budget.expired:
-            # The script caught the timeout with a bare `except:` and carried on.
-            raise ScriptTimeout(
-                f"script exceeded its time limit of {self.budget.seconds:g} s", location=location
-            )
-        return result
-
-
-def _script_line(exc: BaseException, location: str) -> int | None:
-    frames = [
-        frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == location
-    ]
-    return frames[-1].lineno if frames else None

@@ -13,11 +13,23 @@ from itertools import groupby
 from typing import Any
 
 from instances.engine.definition import WorkflowDefinition
-from instances.engine.errors import Codes
+from instances.engine.errors import Codes, ErrorCode
 from instances.engine.ports import Components, InstanceReader
 from instances.engine.records import InstanceSnapshot, TaskRow
-from instances.engine.script_runner import ScriptObject, ScriptRunner, response_data, script_context
-from instances.engine.scripts import ScriptError, ScriptResponse
+from instances.engine.script_runner import (
+    ScriptHandle,
+    ScriptObject,
+    ScriptRunner,
+    response_data,
+    script_context,
+)
+from instances.engine.scripts import (
+    ScriptError,
+    ScriptResourceLimit,
+    ScriptResponse,
+    ScriptTimeout,
+    ScriptUnavailable,
+)
 from instances.engine.task_types import EXECUTORS, StandardResponse, TaskCall, TaskFailure
 from instances.status import TaskStatus
 
@@ -171,9 +183,12 @@ class TaskRunner:
             input_data: Any = None
             if script is not None and script.has("input_handler"):
                 try:
-                    returned = script.call("input_handler", task, context)
+                    # The handler may change the task (url, headers, body): take its changes back.
+                    returned = script.call("input_handler", task, context, updates=(0,))
                 except ScriptError as exc:
-                    raise TaskFailure(Codes.TASK_INPUT_MAPPING_FAILED.code, str(exc)) from exc
+                    raise TaskFailure(
+                        _mapping_code(exc, Codes.TASK_INPUT_MAPPING_FAILED), str(exc)
+                    ) from exc
                 input_data = response_data(returned)
                 if isinstance(returned, ScriptResponse) and returned.headers:
                     task.headers = {**(task.get("headers") or {}), **returned.headers}
@@ -192,18 +207,32 @@ class TaskRunner:
             return outcome(TaskStatus.FAILED, response_dict, failure=failure)
 
     def _output(
-        self, script: Any, context: ScriptObject, response: StandardResponse, task_type: str
+        self,
+        script: ScriptHandle | None,
+        context: ScriptObject,
+        response: StandardResponse,
+        task_type: str,
     ) -> dict[str, Any]:
         if script is not None and script.has("output_handler"):
             context.body = copy.deepcopy(response.as_dict())
             try:
                 returned = response_data(script.call("output_handler", context))
             except ScriptError as exc:
-                raise TaskFailure(Codes.TASK_OUTPUT_MAPPING_FAILED.code, str(exc)) from exc
+                raise TaskFailure(
+                    _mapping_code(exc, Codes.TASK_OUTPUT_MAPPING_FAILED), str(exc)
+                ) from exc
             return returned if isinstance(returned, dict) else {}
         if task_type == "7" and isinstance(response.data, dict):
             return response.data
         return {}
+
+
+def _mapping_code(exc: ScriptError, default: ErrorCode) -> str:
+    # A script the platform had to stop (deadline, memory, no worker) keeps its own code, so an
+    # error boundary can tell it from a mapping that raised.
+    if isinstance(exc, ScriptTimeout | ScriptResourceLimit | ScriptUnavailable):
+        return exc.code
+    return default.code
 
 
 def _task_view(key: str, task_type: str, config: dict[str, Any]) -> ScriptObject:

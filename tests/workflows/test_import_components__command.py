@@ -123,7 +123,7 @@ def test_a_broken_script_file_is_rejected_with_its_pointer_and_line(tmp_path: Pa
     assert code == 1
     assert (
         "/attributes/startTransition/onExecutionTasks/0/mapping/code: line 1: "
-        "module 'subprocess' is never allowed in scripts"
+        "module 'subprocess' is not one scripts may import"
     ) in err
     assert not Component.objects.filter(kind="workflow").exists()
 

@@ -291,7 +291,7 @@ MUTATIONS = [
             script("import os\n\ndef handler(context):\n    return True\n"),
         ),
         "/attributes/states/0/transitions/0/rule/code",
-        "line 1: module 'os' is never allowed",
+        "line 1: module 'os' is not one scripts may import",
     ),
     Mutation(
         "script using a dunder attribute",
@@ -357,7 +357,21 @@ MUTATIONS = [
         SCHEDULE,
         set_field(("attributes", "scripts"), {"allowedModules": ["statistics", "os"]}),
         "/attributes/scripts/allowedModules/1",
-        "'os' is never allowed",
+        "'os' is not one scripts may import",
+    ),
+    Mutation(
+        "allowedModules lists a module off the platform's closed list",
+        SCHEDULE,
+        set_field(("attributes", "scripts"), {"allowedModules": ["time", "random"]}),
+        "/attributes/scripts/allowedModules/0",
+        "'time' is not one scripts may import",
+    ),
+    Mutation(
+        "a script's own allowedModules lists pydoc",
+        SCHEDULE,
+        set_field((*AUTO_ADVANCE, "rule", "scripts"), {"allowedModules": ["pydoc"]}),
+        "/attributes/states/0/transitions/0/rule/scripts/allowedModules/0",
+        "'pydoc' is not one scripts may import",
     ),
     Mutation(
         "timeout targets an unknown state",

@@ -160,7 +160,16 @@ def script_violations(
             continue
         local = site.node.get("scripts")
         local_allowed = local.get("allowedModules", []) if isinstance(local, dict) else []
-        site_allowed = allowed | {m for m in local_allowed if isinstance(m, str)}
+        site_allowed = set(allowed)
+        for index, module in enumerate(local_allowed if isinstance(local_allowed, list) else []):
+            if not isinstance(module, str):
+                continue
+            reason = forbidden_module_reason(module)
+            if reason:
+                pointer = json_pointer(*site.path, "scripts", "allowedModules", index)
+                violations.append(Violation(pointer, reason))
+            else:
+                site_allowed.add(module)
         for refused in check_imports(compiled, site_allowed):
             violations.append(Violation(code_pointer, _describe(refused)))
         if kind == ComponentKind.MAPPING:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from instances.engine.ports import InstanceReader
-from instances.engine.script_runner import ScriptObject
+from instances.engine.script_wire import ScriptObject
 
 
 @dataclass

@@ -35,6 +35,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not options["prepare_only"]:
+            self._start_script_workers()
         self._prepare_database_folder()
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("database migrated")
@@ -44,6 +46,19 @@ class Command(BaseCommand):
         if options["prepare_only"]:
             return
         self._serve(options["host"], options["port"])
+
+    def _start_script_workers(self) -> None:
+        # Before any socket is opened: the workers are separate clean interpreters either way,
+        # but a pool that cannot start should stop the server here, not fail its first request.
+        from instances.engine.script_pool import script_pool
+
+        pool = script_pool()
+        protections = pool.protections()
+        self.stdout.write(
+            f"{pool.size} script workers started (user {protections.get('uid')}, "
+            f"{protections.get('address_space_bytes', 0) // 2**20} MiB, "
+            f"seccomp: {protections.get('seccomp')})"
+        )
 
     def _prepare_database_folder(self) -> None:
         database = settings.DATABASES["default"]

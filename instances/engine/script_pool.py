@@ -1,0 +1,553 @@
+"""The server side of script isolation: a pool of long-lived script worker processes.
+
+Every script call (rule, mapping, timer, lock key ...) is one round trip to an idle worker: the
+request carries the script's content hash (and its source the first time that worker sees it),
+the handler, the JSON arguments and the deadline. The pool enforces the wall-clock deadline
+itself: a worker that has not answered by then is SIGKILLed and replaced, and the call fails with
+`Script:Timeout`; a worker that dies (memory limit, crash) is replaced and the call fails with
+`Script:ResourceLimit`. The calling thread never waits on a script longer than its deadline.
+
+Workers are started from one long-lived thread (their parent-death signal is tied to the thread
+that started them) with `python -I`, an empty environment and an empty working directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import pwd
+import queue
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from instances.engine.script_wire import JSON_DEFAULT, WireError, decode_result, encode_argument
+from instances.engine.scripts import (
+    ERROR_KINDS,
+    ScriptCompileError,
+    ScriptError,
+    ScriptResourceLimit,
+    ScriptTimeout,
+    ScriptUnavailable,
+    source_hash,
+)
+
+logger = logging.getLogger("vnext.scripts")
+
+_HEADER = struct.Struct(">I")
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from instances.engine.script_worker import main; main(sys.argv[2])"
+)
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+
+
+@dataclass(frozen=True)
+class ScriptCall:
+    """One call of a script handler: what to run, with which arguments, under which limits.
+
+    `return_arguments` lists the positions of arguments whose state after the call is wanted
+    back (an input handler may change its `task`)."""
+
+    source: str
+    location: str
+    handler: str
+    args: tuple[Any, ...]
+    allowed_modules: frozenset[str]
+    timeout_seconds: float
+    return_arguments: tuple[int, ...] = ()
+
+    @property
+    def source_hash(self) -> str:
+        """The content hash workers cache compiled code by."""
+        return source_hash(self.source)
+
+
+@dataclass
+class ScriptReply:
+    """What a call returned: the handler's value and the requested arguments' new state."""
+
+    value: Any
+    arguments: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """How the pool runs its workers."""
+
+    size: int = max(os.cpu_count() or 1, 1)
+    memory_mb: int = 512
+    # The user workers drop to when the server runs as root; None keeps the server's user.
+    user: str | None = "nobody"
+    max_payload_bytes: int = 16 * 1024 * 1024
+    # How long a call waits for an idle worker before failing with `Script:Unavailable`.
+    wait_seconds: float = 10.0
+    # Added to a call's timeout before the worker is killed: the worker's own budget reports
+    # Python-level overruns with their line; the kill is for code stuck in C.
+    grace_seconds: float = 0.5
+    start_timeout_seconds: float = 30.0
+    python: str = sys.executable
+
+
+class _WorkerGone(Exception):
+    pass
+
+
+class _WorkerWasDead(_WorkerGone):
+    # The request could not even be written: the worker died while idle (killed from outside).
+    pass
+
+
+class _WorkerStuck(Exception):
+    pass
+
+
+class _Worker:
+    """One worker process and the pipes to it."""
+
+    def __init__(self, process: subprocess.Popen[bytes], protections: dict[str, Any]) -> None:
+        self.process = process
+        self.protections = protections
+        self.pid = process.pid
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self.to_worker = process.stdin.fileno()
+        self.from_worker = process.stdout.fileno()
+        self.poller = select.poll()
+        self.poller.register(self.from_worker, select.POLLIN)
+        self.known_sources: set[str] = set()
+
+    def exchange(self, message: bytes, deadline: float, max_payload: int) -> dict[str, Any]:
+        try:
+            _write_all(self.to_worker, message)
+        except OSError as exc:
+            raise _WorkerWasDead(str(exc)) from None
+        header = self._read(_HEADER.size, deadline)
+        (length,) = _HEADER.unpack(header)
+        if length > max_payload:
+            raise _WorkerGone(f"answer of {length:,} bytes is over the limit")
+        body = self._read(length, deadline)
+        try:
+            reply = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise _WorkerGone(f"unreadable answer: {exc}") from None
+        if not isinstance(reply, dict):
+            raise _WorkerGone("unreadable answer")
+        return reply
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        chunks: list[bytes] = []
+        while size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.poller.poll(remaining * 1000):
+                raise _WorkerStuck()
+            try:
+                chunk = os.read(self.from_worker, min(size, 1 << 20))
+            except OSError as exc:
+                raise _WorkerGone(str(exc)) from None
+            if not chunk:
+                raise _WorkerGone(self._exit_description())
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def _exit_description(self) -> str:
+        try:
+            code = self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            return "the worker closed its pipe"
+        if code < 0:
+            return f"the worker was killed by signal {signal.Signals(-code).name}"
+        return f"the worker exited with status {code}"
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        _close_pipes(self)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            logger.error("script worker %s did not exit after SIGKILL", self.pid)
+
+
+def _close_pipes(worker: _Worker) -> None:
+    for stream in (worker.process.stdin, worker.process.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class ScriptPool:
+    """A fixed-size pool of script workers shared by every thread of this process."""
+
+    def __init__(self, settings: PoolSettings | None = None) -> None:
+        self.settings = settings or PoolSettings()
+        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        self._all: dict[int, _Worker] = {}
+        self._lock = threading.Lock()
+        self._spawns: queue.SimpleQueue[_Worker | bool | None] = queue.SimpleQueue()
+        self._closed = False
+        self._started = False
+        self._workdir = ""
+        self._spawner: threading.Thread | None = None
+        self.restarts = 0
+        self.timeouts = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, *, wait: bool = True) -> ScriptPool:
+        """Start the workers (once); with `wait`, return when all of them are ready."""
+        with self._lock:
+            if self._started:
+                return self
+            self._started = True
+            self._workdir = tempfile.mkdtemp(prefix="vnext-scripts-")
+            os.chmod(self._workdir, 0o555)
+            self._spawner = threading.Thread(
+                target=self._spawn_loop, name="vnext-script-pool", daemon=True
+            )
+            self._spawner.start()
+        for _ in range(self.settings.size):
+            self._spawns.put(True)
+        if wait:
+            deadline = time.monotonic() + self.settings.start_timeout_seconds
+            while len(self._all) < self.settings.size and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if len(self._all) < self.settings.size:
+                raise ScriptUnavailable(
+                    "the script workers did not start; see the server log", location="pool"
+                )
+        return self
+
+    def close(self) -> None:
+        """Stop every worker; calls after this fail with `Script:Unavailable`."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._all.values())
+            self._all.clear()
+        self._spawns.put(None)
+        for worker in workers:
+            worker.kill()
+        if self._workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    @property
+    def size(self) -> int:
+        """Workers alive now."""
+        return len(self._all)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers (operations and tests)."""
+        return sorted(self._all)
+
+    def protections(self) -> dict[str, Any]:
+        """What the workers reported in force when they started (rlimits, user, seccomp)."""
+        workers = list(self._all.values())
+        return dict(workers[0].protections) if workers else {}
+
+    # --- calls -------------------------------------------------------------------------------
+
+    def run(self, call: ScriptCall) -> ScriptReply:
+        """Run one script call in a worker; raise the `ScriptError` it ends with."""
+        if not self._started:
+            self.start()
+        digest = call.source_hash
+        request = {
+            "op": "call",
+            "hash": digest,
+            "location": call.location,
+            "handler": call.handler,
+            "args": [encode_argument(arg) for arg in call.args],
+            "modules": sorted(call.allowed_modules),
+            "timeout": call.timeout_seconds,
+            "return_args": list(call.return_arguments),
+        }
+        reply: dict[str, Any] | None = None
+        while reply is None:
+            worker = self._acquire(call.location)
+            # Each failed exchange has already given the worker back, or replaced it.
+            if digest not in worker.known_sources:
+                request["source"] = call.source
+            with contextlib.suppress(_WorkerWasDead):
+                # A worker found dead never saw the call: another one takes it.
+                reply = self._exchange(worker, request, call)
+        if reply.get("need_source"):
+            # The worker evicted the compiled code since it last saw this script.
+            request["source"] = call.source
+            try:
+                reply = self._exchange(worker, request, call)
+            except _WorkerWasDead:
+                raise ScriptResourceLimit(
+                    "the script's worker stopped", location=call.location
+                ) from None
+        worker.known_sources.add(digest)
+        if reply.get("recycle"):
+            self._replace(worker)
+        else:
+            self._idle.put(worker)
+        self._log(reply, call.location)
+        if not reply.get("ok"):
+            raise _error_from(reply.get("error") or {}, call.location)
+        try:
+            return ScriptReply(decode_result(reply.get("result")), reply.get("arguments") or [])
+        except (WireError, ValueError, TypeError) as exc:
+            raise ScriptError(
+                f"unusable answer from the script worker: {exc}", location=call.location
+            ) from None
+
+    def probe(self) -> dict[str, str]:
+        """Ask a worker to try what an escaped script would (files, sockets, fork, exec) and
+        report what its protections refused."""
+        if not self._started:
+            self.start()
+        worker = self._acquire("probe")
+        message = _frame({"op": "probe"})
+        try:
+            reply = worker.exchange(message, time.monotonic() + 10, self.settings.max_payload_bytes)
+        except (_WorkerGone, _WorkerStuck):
+            self._replace(worker)
+            raise
+        self._idle.put(worker)
+        return dict(reply.get("probe") or {})
+
+    def _exchange(
+        self, worker: _Worker, request: dict[str, Any], call: ScriptCall
+    ) -> dict[str, Any]:
+        try:
+            message = _frame(request)
+        except (TypeError, ValueError, RecursionError) as exc:
+            self._idle.put(worker)
+            raise ScriptError(
+                f"the script's arguments are not JSON: {exc}", location=call.location
+            ) from None
+        if len(message) > self.settings.max_payload_bytes:
+            self._idle.put(worker)
+            raise ScriptResourceLimit(
+                f"the script's arguments are larger than {self.settings.max_payload_bytes:,} bytes",
+                location=call.location,
+            )
+        deadline = time.monotonic() + call.timeout_seconds + self.settings.grace_seconds
+        try:
+            return worker.exchange(message, deadline, self.settings.max_payload_bytes)
+        except _WorkerStuck:
+            self.timeouts += 1
+            self._replace(worker)
+            logger.warning(
+                "script %s overran its deadline; worker %s killed", call.location, worker.pid
+            )
+            raise ScriptTimeout(
+                f"script exceeded its time limit of {call.timeout_seconds:g} s; "
+                "its worker was stopped",
+                location=call.location,
+            ) from None
+        except _WorkerWasDead:
+            self._replace(worker)
+            logger.warning("script worker %s had died while idle; replaced", worker.pid)
+            raise
+        except _WorkerGone as gone:
+            self._replace(worker)
+            logger.warning("script worker %s died running %s: %s", worker.pid, call.location, gone)
+            raise ScriptResourceLimit(
+                f"the script's worker stopped ({gone}); "
+                "the script may have exceeded its memory limit",
+                location=call.location,
+            ) from None
+
+    def _acquire(self, location: str) -> _Worker:
+        if self._closed:
+            raise ScriptUnavailable("the script pool is closed", location=location)
+        try:
+            return self._idle.get(timeout=self.settings.wait_seconds)
+        except queue.Empty:
+            raise ScriptUnavailable(
+                f"no script worker was free within {self.settings.wait_seconds:g} s",
+                location=location,
+            ) from None
+
+    def _log(self, reply: dict[str, Any], location: str) -> None:
+        for level, text in reply.get("log") or ():
+            logger.log(_LOG_LEVELS.get(str(level), logging.ERROR), "[%s] %s", location, text)
+
+    # --- workers -----------------------------------------------------------------------------
+
+    def _replace(self, worker: _Worker) -> None:
+        with self._lock:
+            self._all.pop(worker.pid, None)
+            closed = self._closed
+        self.restarts += 1
+        self._spawns.put(worker)
+        if closed:
+            return
+        self._spawns.put(True)
+
+    def _spawn_loop(self) -> None:
+        failures = 0
+        while True:
+            order = self._spawns.get()
+            if order is None:
+                return
+            if isinstance(order, _Worker):
+                order.kill()
+                continue
+            if self._closed:
+                continue
+            try:
+                worker = self._spawn()
+            except Exception:
+                failures += 1
+                logger.exception("could not start a script worker (attempt %s)", failures)
+                time.sleep(min(0.1 * 2**failures, 30))
+                self._spawns.put(True)
+                continue
+            failures = 0
+            with self._lock:
+                if self._closed:
+                    worker.kill()
+                    continue
+                self._all[worker.pid] = worker
+            self._idle.put(worker)
+
+    def _spawn(self) -> _Worker:
+        config: dict[str, Any] = {
+            "memory_mb": self.settings.memory_mb,
+            "max_payload": self.settings.max_payload_bytes,
+            "parent_pid": os.getpid(),
+        }
+        if os.geteuid() == 0 and self.settings.user:
+            account = pwd.getpwnam(self.settings.user)
+            config.update(uid=account.pw_uid, gid=account.pw_gid)
+        process = subprocess.Popen(
+            [self.settings.python, "-I", "-c", _BOOT, _PROJECT_ROOT, json.dumps(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={},
+            cwd=self._workdir,
+            close_fds=True,
+            start_new_session=True,
+        )
+        assert process.stdout is not None
+        ready = _read_ready(process, self.settings.start_timeout_seconds)
+        return _Worker(process, ready.get("protections") or {})
+
+
+def _read_ready(process: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
+    assert process.stdout is not None
+    poller = select.poll()
+    poller.register(process.stdout.fileno(), select.POLLIN)
+    deadline = time.monotonic() + timeout
+    buffer = b""
+    while len(buffer) < _HEADER.size or len(buffer) < _HEADER.size + _HEADER.unpack(buffer[:4])[0]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not poller.poll(remaining * 1000):
+            process.kill()
+            process.wait()
+            raise RuntimeError("script worker did not report ready in time")
+        chunk = os.read(process.stdout.fileno(), 65536)
+        if not chunk:
+            code = process.wait()
+            raise RuntimeError(f"script worker exited during start-up with status {code}")
+        buffer += chunk
+    ready = json.loads(buffer[_HEADER.size :])
+    if not ready.get("ready"):
+        process.kill()
+        raise RuntimeError("script worker sent no ready message")
+    return dict(ready)
+
+
+def _frame(message: dict[str, Any]) -> bytes:
+    body = json.dumps(
+        message, ensure_ascii=False, separators=(",", ":"), default=JSON_DEFAULT
+    ).encode("utf-8", "surrogatepass")
+    return _HEADER.pack(len(body)) + body
+
+
+def _error_from(described: dict[str, Any], location: str) -> ScriptError:
+    kind = str(described.get("kind") or "runtime")
+    message = str(described.get("message") or "script failed")
+    where = str(described.get("location") or location)
+    line = described.get("line") if isinstance(described.get("line"), int) else None
+    if kind == "compile":
+        problems = [
+            (item[0] if isinstance(item[0], int) else None, str(item[1]))
+            for item in described.get("problems") or [(line, message)]
+        ]
+        return ScriptCompileError(problems, location=where)
+    return ERROR_KINDS.get(kind, ScriptError)(message, location=where, line=line)
+
+
+# --- the process-wide pool ------------------------------------------------------------------
+
+_pool: ScriptPool | None = None
+_pool_lock = threading.Lock()
+_settings = PoolSettings()
+
+
+def configure_pool(settings: PoolSettings) -> None:
+    """Set how the process-wide pool runs (before its first use; a running pool is replaced)."""
+    global _settings, _pool
+    with _pool_lock:
+        _settings = settings
+        old, _pool = _pool, None
+    if old is not None:
+        old.close()
+
+
+def script_pool() -> ScriptPool:
+    """The process-wide pool, started on first use."""
+    global _pool
+    pool = _pool
+    if pool is not None:
+        return pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ScriptPool(_settings)
+        pool = _pool
+    return pool.start()
+
+
+def shutdown_pool() -> None:
+    """Stop the process-wide pool's workers (at exit, or in tests)."""
+    global _pool
+    with _pool_lock:
+        old, _pool = _pool, None
+    if old is not None:
+        old.close()
+
+
+def _forget_inherited_pool() -> None:
+    # A forked child (Celery prefork, gunicorn) must not talk to its parent's workers: it starts
+    # its own pool on first use. The pipes it inherited are closed, the workers left alone.
+    global _pool
+    inherited, _pool = _pool, None
+    if inherited is None:
+        return
+    for worker in list(inherited._all.values()):
+        _close_pipes(worker)
+
+
+os.register_at_fork(after_in_child=_forget_inherited_pool)
+
+
+atexit.register(shutdown_pool)

@@ -1,0 +1,211 @@
+"""What crosses the boundary between the server and a script worker: plain JSON values only.
+
+Arguments go out as JSON with the context objects marked (`{"o": {...}}` for an attribute object,
+`{"v": value}` for a plain value). A result comes back as one tagged JSON value: a plain value, a
+`ScriptResponse`'s fields, a duration or an aware datetime (what timer scripts return). Nothing a
+script returns reaches the server as an object: the worker converts it to exact JSON types using
+the base types' own methods (never a method the script could have overridden), refusing anything
+deeper than `MAX_DEPTH`, NUL characters and lone surrogates (PostgreSQL refuses both), non-finite
+floats and integers too long to print.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import uuid
+from typing import Any
+
+from instances.engine.scripts import ScriptResponse
+
+MAX_DEPTH = 64
+_INT_DIGITS_LIMIT = 4000
+
+
+class WireError(ValueError):
+    """A value cannot cross the boundary (not JSON, too deep, a string PostgreSQL refuses)."""
+
+
+class ScriptObject:
+    """An attribute bag scripts read (`context.instance.state`) and may write to."""
+
+    _guarded_writes = True
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for missing attributes: keep Python's error, give type checkers `Any`.
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """`context.get("body")`: attribute access for scripts written dict-style."""
+        return self.__dict__.get(name, default)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+        return f"{type(self).__name__}({fields})"
+
+
+# --- server side -----------------------------------------------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    # Instance data comes from jsonb and is plain already; this covers values a store adds.
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def encode_argument(value: Any) -> Any:
+    """One handler argument as it travels to the worker."""
+    if isinstance(value, ScriptObject):
+        return {"o": {name: encode_argument(item) for name, item in vars(value).items()}}
+    return {"v": value}
+
+
+JSON_DEFAULT = _json_default
+
+
+def decode_result(tagged: Any) -> Any:
+    """What the handler returned, from the worker's tagged value."""
+    if not isinstance(tagged, dict):
+        raise WireError("the worker sent a malformed result")
+    tag = tagged.get("t")
+    if tag == "v":
+        return tagged.get("v")
+    if tag == "response":
+        fields = tagged.get("v") or {}
+        return ScriptResponse(
+            data=fields.get("data"),
+            key=fields.get("key"),
+            tags=fields.get("tags"),
+            headers=fields.get("headers"),
+            status_code=fields.get("status_code"),
+        )
+    if tag == "timedelta":
+        return dt.timedelta(seconds=float(tagged["v"]))
+    if tag == "datetime":
+        return dt.datetime.fromisoformat(str(tagged["v"]))
+    raise WireError(f"the worker sent a result of unknown kind {tag!r}")
+
+
+# --- worker side -----------------------------------------------------------------------------
+
+
+def decode_argument(encoded: Any) -> Any:
+    """One handler argument as the script sees it (context objects become `ScriptObject`s)."""
+    if isinstance(encoded, dict) and "o" in encoded:
+        return ScriptObject(**{name: decode_argument(item) for name, item in encoded["o"].items()})
+    if isinstance(encoded, dict) and "v" in encoded:
+        return encoded["v"]
+    raise WireError("malformed argument")
+
+
+def encode_result(value: Any) -> dict[str, Any]:
+    """A handler's return value as one tagged JSON value (see `decode_result`)."""
+    if isinstance(value, ScriptResponse):
+        fields = {
+            "data": plain(value.data),
+            "key": _optional_str(value.key, "ScriptResponse.key"),
+            "tags": plain(value.tags),
+            "headers": plain(value.headers),
+            "status_code": plain(value.status_code),
+        }
+        return {"t": "response", "v": fields}
+    if isinstance(value, dt.timedelta):
+        return {"t": "timedelta", "v": dt.timedelta.total_seconds(value)}
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return {"t": "datetime", "v": dt.datetime.isoformat(value)}
+    return {"t": "v", "v": plain(value)}
+
+
+def _optional_str(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise WireError(f"{what} must be a string, not {type(value).__name__}")
+    return _plain_str(value)
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """`value` rebuilt from exact JSON types (dates as ISO text, decimals and UUIDs as text),
+    or `WireError` saying what is not JSON."""
+    if depth > MAX_DEPTH:
+        raise WireError(f"the value is nested deeper than {MAX_DEPTH} levels")
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        return _plain_str(value)
+    if isinstance(value, int):
+        number = int.__int__(value)
+        if number.bit_length() > _INT_DIGITS_LIMIT * 3:
+            raise WireError(f"an integer of {number.bit_length():,} bits is too large to return")
+        return number
+    if isinstance(value, float):
+        real = float.__float__(value)
+        if not math.isfinite(real):
+            raise WireError(f"{real} is not a JSON number")
+        return real
+    if isinstance(value, dict):
+        return {_plain_key(key): plain(item, depth + 1) for key, item in dict.items(value)}
+    if isinstance(value, list | tuple):
+        return [plain(item, depth + 1) for item in tuple.__iter__(tuple(value))]
+    if isinstance(value, ScriptObject):
+        return {_plain_key(key): plain(item, depth + 1) for key, item in vars(value).items()}
+    if isinstance(value, dt.datetime):
+        text = dt.datetime.isoformat(value)
+        if value.microsecond:
+            text = text[:23] + text[26:]
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+    if isinstance(value, dt.date):
+        return dt.date.isoformat(value)
+    if isinstance(value, dt.time):
+        return dt.time.isoformat(value)
+    if isinstance(value, dt.timedelta):
+        return _iso_duration(value)
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return _plain_str(str(value))
+    raise WireError(f"a {type(value).__name__} is not a JSON value")
+
+
+def _plain_str(value: str) -> str:
+    text = str.__str__(value)
+    if "\x00" in text:
+        raise WireError("a string contains a NUL character, which cannot be stored")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise WireError("a string contains a lone surrogate, which is not valid text") from None
+    return text
+
+
+def _plain_key(key: Any) -> str:
+    if isinstance(key, str):
+        return _plain_str(key)
+    # Other scalars become keys as json.dumps writes them.
+    if key is None:
+        return "null"
+    if key is True or key is False:
+        return "true" if key else "false"
+    if isinstance(key, int | float):
+        return str(plain(key))
+    raise WireError(f"a dictionary key of type {type(key).__name__} is not a JSON key")
+
+
+def _iso_duration(value: dt.timedelta) -> str:
+    # ISO 8601, as Django's encoder writes durations (P1DT02H03M04.000005S).
+    days, remainder = divmod(int(value.total_seconds() * 1_000_000), 86_400_000_000)
+    seconds, microseconds = divmod(remainder, 1_000_000)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    fraction = f".{microseconds:06d}" if microseconds else ""
+    return f"P{days}DT{hours:02d}H{minutes:02d}M{seconds:02d}{fraction}S"

@@ -1,0 +1,291 @@
+"""A script worker process: the boundary between workflow scripts and the server.
+
+The server starts it with a clean interpreter (`python -I`, an empty environment, an empty
+temporary working directory; see `instances.engine.script_pool`). It never imports Django and
+holds no settings, connection or secret. Before it reads its first request it:
+1. imports everything a script may reach (the closed module list), so nothing is loaded later;
+2. forbids core dumps and file writes (`RLIMIT_CORE`, `RLIMIT_FSIZE` = 0);
+3. when started as root, drops to an unprivileged user (`nobody` by default) with no groups;
+4. asks for SIGKILL when its parent dies and becomes non-dumpable (no ptrace, no /proc peeking);
+5. caps its address space (`RLIMIT_AS`), open files and processes;
+6. loads a seccomp filter (where libseccomp is present) that refuses sockets, `execve`, `fork`
+   and `clone`, and any `open` for writing or creating a file, among other calls.
+
+Then it answers requests on stdin/stdout, one at a time: 4-byte big-endian length, then JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import importlib
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+from collections import OrderedDict
+from typing import Any
+
+from instances.engine.sandbox import run_call
+from instances.engine.script_wire import decode_argument
+from instances.engine.scripts import (
+    SCRIPT_MODULES,
+    CompiledScript,
+    ScriptCompileError,
+    ScriptError,
+    compile_script,
+)
+
+_HEADER = struct.Struct(">I")
+_CACHE_SIZE = 512
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+
+# Calls the worker never needs once it serves requests. EPERM, so a script that somehow reached
+# one gets an error, not a crash.
+_DENIED_SYSCALLS = (
+    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "sendto",
+    "sendmsg", "sendmmsg", "recvfrom", "recvmsg", "recvmmsg",
+    "execve", "execveat", "fork", "vfork", "clone", "ptrace", "process_vm_readv",
+    "process_vm_writev", "kill", "creat", "mkdir", "mkdirat", "mknod", "mknodat", "rmdir",
+    "unlink", "unlinkat", "rename", "renameat", "renameat2", "link", "linkat", "symlink",
+    "symlinkat", "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat",
+    "truncate", "ftruncate", "memfd_create", "mount", "umount2", "pivot_root", "chroot",
+    "unshare", "setns", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
+    "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "personality",
+    "name_to_handle_at", "open_by_handle_at", "setuid", "setgid", "setreuid", "setregid",
+    "setresuid", "setresgid", "setgroups", "reboot", "init_module", "finit_module",
+    "delete_module", "kexec_load", "swapon", "swapoff", "acct",
+)  # fmt: skip
+# Calls whose arguments cannot be inspected: ENOSYS makes the C library fall back to the
+# inspectable form (openat, clone).
+_UNINSPECTABLE_SYSCALLS = ("openat2", "clone3")
+_WRITE_FLAGS = (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND)
+
+
+def main(config_text: str) -> None:
+    """Harden this process per `config_text` (JSON from the pool), then serve until stdin ends."""
+    config = json.loads(config_text)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _preload()
+    protections = harden(config)
+    _send({"ready": True, "pid": os.getpid(), "protections": protections})
+    Worker(max_payload=int(config["max_payload"])).serve()
+
+
+def _preload() -> None:
+    for name in sorted(SCRIPT_MODULES):
+        importlib.import_module(name)
+    # Touch what loads lazily on first use.
+    json.loads(json.dumps({"a": [1.5, "b"]}))
+    compile_script("def handler(context):\n    return [x for x in range(1)]\n", "preload")
+    with contextlib.suppress(ImportError, OSError, AttributeError, TypeError):
+        import pyseccomp  # noqa: F401 - loads libseccomp while files may still be read
+
+
+def harden(config: dict[str, Any]) -> dict[str, Any]:
+    """Apply every protection this platform offers; return which ones are in force."""
+    applied: dict[str, Any] = {}
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    applied["core_files"] = applied["file_size"] = 0
+    if os.geteuid() == 0 and config.get("uid") is not None:
+        os.setgroups([])
+        os.setresgid(config["gid"], config["gid"], config["gid"])
+        os.setresuid(config["uid"], config["uid"], config["uid"])
+    applied["uid"], applied["gid"] = os.getuid(), os.getgid()
+    applied["parent_death_signal"] = _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != config.get("parent_pid", os.getppid()):
+        sys.exit(0)  # the server died while this worker started
+    applied["dumpable"] = not _prctl(_PR_SET_DUMPABLE, 0)
+    memory = int(config["memory_mb"]) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    applied["address_space_bytes"] = memory
+    files = int(config.get("open_files", 16))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+    applied["open_files"] = files
+    if os.getuid() != 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+        applied["processes"] = 0
+    applied["seccomp"] = _load_seccomp()
+    applied["environment_variables"] = len(os.environ)
+    applied["cwd"] = os.getcwd()
+    return applied
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _load_seccomp() -> str | bool:
+    try:
+        import pyseccomp as seccomp
+    except (ImportError, OSError, AttributeError, TypeError) as exc:
+        return f"unavailable: {type(exc).__name__}"
+    denied = seccomp.ERRNO(errno.EPERM)
+    syscall_filter = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    for name in _DENIED_SYSCALLS:
+        try:
+            syscall_filter.add_rule(denied, name)
+        except (OSError, ValueError, RuntimeError):
+            continue  # not a call of this architecture
+    for name in _UNINSPECTABLE_SYSCALLS:
+        try:
+            syscall_filter.add_rule(seccomp.ERRNO(errno.ENOSYS), name)
+        except (OSError, ValueError, RuntimeError):
+            continue
+    for flag in _WRITE_FLAGS:
+        syscall_filter.add_rule(denied, "open", seccomp.Arg(1, seccomp.MASKED_EQ, flag, flag))
+        syscall_filter.add_rule(denied, "openat", seccomp.Arg(2, seccomp.MASKED_EQ, flag, flag))
+    syscall_filter.load()
+    return True
+
+
+def _send(message: dict[str, Any]) -> None:
+    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
+    _write_all(_HEADER.pack(len(body)) + body)
+
+
+def _write_all(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(1, view)
+        view = view[written:]
+
+
+def _read_exactly(size: int) -> bytes | None:
+    chunks = []
+    while size:
+        chunk = os.read(0, min(size, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+class Worker:
+    """The request loop: compiled code cached by content hash, one call at a time."""
+
+    def __init__(self, *, max_payload: int) -> None:
+        self.max_payload = max_payload
+        self.compiled: OrderedDict[tuple[str, str], CompiledScript] = OrderedDict()
+
+    def serve(self) -> None:
+        """Answer requests until the server closes stdin."""
+        while True:
+            header = _read_exactly(_HEADER.size)
+            if header is None:
+                return
+            (length,) = _HEADER.unpack(header)
+            if length > self.max_payload:
+                return  # the server never sends this much; treat it as a broken pipe
+            body = _read_exactly(length)
+            if body is None:
+                return
+            request = json.loads(body)
+            reply = self.answer(request)
+            encoded = json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode()
+            if len(encoded) > self.max_payload:
+                too_large = ScriptError(
+                    f"the script's answer is larger than {self.max_payload:,} bytes",
+                    location=str(request.get("location") or "script"),
+                )
+                encoded = json.dumps(_failure(too_large)).encode()
+            _write_all(_HEADER.pack(len(encoded)) + encoded)
+            if reply.get("recycle"):
+                return
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One request: `call` (run a handler) or `probe` (report what the sandbox refuses)."""
+        if request.get("op") == "probe":
+            return {"ok": True, "probe": probe()}
+        location = str(request["location"])
+        key = (str(request["hash"]), location)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            source = request.get("source")
+            if source is None:
+                return {"ok": False, "need_source": True}
+            try:
+                compiled = compile_script(source, location)
+            except ScriptCompileError as exc:
+                return _failure(exc)
+            self.compiled[key] = compiled
+            if len(self.compiled) > _CACHE_SIZE:
+                self.compiled.popitem(last=False)
+        else:
+            self.compiled.move_to_end(key)
+        try:
+            args = [decode_argument(item) for item in request.get("args", [])]
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return _failure(ScriptError(f"malformed arguments: {exc}", location=location))
+        outcome = run_call(
+            compiled,
+            str(request["handler"]),
+            args,
+            allowed_modules=frozenset(request.get("modules", ())),
+            timeout_seconds=float(request["timeout"]),
+            return_arguments=tuple(request.get("return_args", ())),
+        )
+        if outcome.error is not None:
+            reply = _failure(outcome.error)
+            reply["recycle"] = outcome.exhausted_memory
+        else:
+            reply = {"ok": True, "result": outcome.result, "arguments": outcome.arguments}
+        reply["log"] = outcome.log
+        return reply
+
+
+def _failure(error: ScriptError) -> dict[str, Any]:
+    described: dict[str, Any] = {
+        "kind": error.kind,
+        "message": error.message,
+        "location": error.location,
+        "line": error.line,
+    }
+    if isinstance(error, ScriptCompileError):
+        described["problems"] = error.problems
+    return {"ok": False, "error": described}
+
+
+def probe() -> dict[str, str]:
+    """Try, from inside the hardened worker, what a script that escaped RestrictedPython would
+    try first; report each as `refused (...)` or `allowed`. Platform code, no script input."""
+    attempts: dict[str, Any] = {
+        "create a file in the working directory": lambda: os.open(
+            "probe.txt", os.O_WRONLY | os.O_CREAT, 0o600
+        ),
+        "create a file in /tmp": lambda: os.open(
+            "/tmp/vnext-probe.txt", os.O_WRONLY | os.O_CREAT, 0o600
+        ),
+        "open a network socket": lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM),
+        "open a unix socket": lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM),
+        "fork": os.fork,
+        "execute a program": lambda: os.execv("/nonexistent/vnext-probe", ["probe"]),
+        "read /etc/shadow": lambda: os.open("/etc/shadow", os.O_RDONLY),
+        "signal the parent": lambda: os.kill(os.getppid(), 0),
+    }
+    report: dict[str, str] = {}
+    for name, attempt in attempts.items():
+        try:
+            result = attempt()
+        except OSError as exc:
+            report[name] = f"refused ({errno.errorcode.get(exc.errno or 0, exc.errno)})"
+            continue
+        if name == "fork" and result == 0:
+            os._exit(0)
+        report[name] = "allowed"
+    report["environment"] = ", ".join(sorted(os.environ)) or "empty"
+    report["django loaded"] = "yes" if "django" in sys.modules else "no"
+    return report
