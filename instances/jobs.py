@@ -8,13 +8,14 @@ the job's reservation token; each claim moves that ownership to a token naming t
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -110,16 +111,65 @@ def _lease() -> timedelta:
     return timedelta(seconds=float(vnext_setting("JOB_LEASE_SECONDS")))
 
 
+def _max_attempts() -> int:
+    return int(vnext_setting("JOB_MAX_ATTEMPTS"))
+
+
+# --- which jobs are due: one definition, used by the ORM queries and (as SQL) the raw claims ---
+
+
+def _lease_expired(now: datetime) -> Q:
+    return Q(status=JobStatus.RUNNING, lease_until__lt=now)
+
+
+def _due(now: datetime, max_attempts: int) -> Q:
+    """Claimable now: pending and due, or running past its lease with an attempt left.
+
+    A job whose lease expired on its last attempt is not due: its worker hung or died every
+    time, so `jobs_fail_expired_leases` fails it instead of letting it be claimed forever."""
+    return Q(status=JobStatus.PENDING, run_at__lte=now) | (
+        _lease_expired(now) & Q(attempts__lt=max_attempts)
+    )
+
+
+def _lease_exhausted(now: datetime, max_attempts: int) -> Q:
+    """Running past its lease with no attempt left (the complement of `_due`'s second half)."""
+    return _lease_expired(now) & Q(attempts__gte=max_attempts)
+
+
+# The raw statements below use these conditions compiled to SQL by the ORM, so they cannot
+# drift from the querysets. Compiling costs more than a claim's round trip, so each condition is
+# compiled once, with these stand-ins for its arguments, which every call then replaces.
+_NOW_STANDIN = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_STANDIN = 32767
+
+
+@functools.cache
+def _compiled(condition: Callable[[datetime, int], Q], vendor: str) -> tuple[str, list[Any]]:
+    query = Job.objects.filter(condition(_NOW_STANDIN, _MAX_STANDIN)).query
+    sql, params = query.where.as_sql(query.get_compiler(connection=connection), connection)
+    if _NOW_STANDIN not in params or _MAX_STANDIN not in params:  # the backend adapted them
+        raise RuntimeError(f"cannot compile {condition.__name__}: its parameters are {params}")
+    return sql, list(params)
+
+
+def _sql(
+    condition: Callable[[datetime, int], Q], now: datetime, max_attempts: int
+) -> tuple[str, list[Any]]:
+    """`condition(now, max_attempts)` as an SQL WHERE fragment and its parameters."""
+    sql, params = _compiled(condition, connection.vendor)
+    stand_ins = {_NOW_STANDIN: now, _MAX_STANDIN: max_attempts}
+    return sql, [stand_ins.get(param, param) for param in params]
+
+
 def job_claim(job_id: int) -> Job | None:
-    """Claim a due job (or one whose lease expired) by compare-and-set; None when someone else
-    has it, it is not due, or it is finished. Each claim gets a fresh lease token."""
+    """Claim a due job (see `_due`) by compare-and-set; None when someone else has it, it is not
+    due, it is finished, or its lease expired on its last attempt. Each claim gets a fresh lease
+    token."""
     now = timezone.now()
     if connection.vendor == "postgresql":
         return _claim_postgres(job_id, now)
-    due = Q(status=JobStatus.PENDING, run_at__lte=now) | Q(
-        status=JobStatus.RUNNING, lease_until__lt=now
-    )
-    claimed = Job.objects.filter(due, pk=job_id).update(
+    claimed = Job.objects.filter(_due(now, _max_attempts()), pk=job_id).update(
         status=JobStatus.RUNNING,
         attempts=F("attempts") + 1,
         lease_until=now + _lease(),
@@ -135,45 +185,46 @@ def job_claim(job_id: int) -> Job | None:
     return job
 
 
-# A claim: the compare-and-set, the new attempt and its lease token, in one statement.
+# A claim: the compare-and-set, the new attempt and its lease token, in one statement
+# (parameters: lease_until, now).
 _CLAIM_SET = f"""
 UPDATE {Job._meta.db_table} SET
     status = 'running',
     attempts = attempts + 1,
     lease_owner = 'job:' || id || ':' || (attempts + 1),
-    lease_until = %(lease_until)s,
-    updated_at = %(now)s
+    lease_until = %s,
+    updated_at = %s
 """
-_DUE = (
-    "((status = 'pending' AND run_at <= %(now)s) OR (status = 'running' AND lease_until < %(now)s))"
-)
 _CLAIMED = "RETURNING id, kind, instance_id, state, payload, run_at, attempts, lease_owner"
-_CLAIM = f"{_CLAIM_SET} WHERE id = %(id)s AND {_DUE} {_CLAIMED}"
 
 
 def _claim_postgres(job_id: int, now: datetime) -> Job | None:
+    due, due_params = _sql(_due, now, _max_attempts())
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM, {"id": job_id, "now": now, "lease_until": now + _lease()})
+        cursor.execute(
+            f"{_CLAIM_SET} WHERE id = %s AND {due} {_CLAIMED}",
+            [now + _lease(), now, job_id, *due_params],
+        )
         row = cursor.fetchone()
     return _claimed(row, now) if row else None
 
 
-# Claim up to `limit` due jobs at once. No row locks are taken: two claimers may pick the same
-# ids, and the status re-check in the outer WHERE lets exactly one of them have each job.
-_CLAIM_DUE = (
-    f"{_CLAIM_SET} WHERE id IN (SELECT id FROM {Job._meta.db_table} WHERE {_DUE} "
-    f"ORDER BY run_at LIMIT %(limit)s) AND {_DUE} {_CLAIMED}"
-)
-
-
 def jobs_claim_due(limit: int = 100) -> list[Job]:
-    """Claim up to `limit` due jobs in one statement (PostgreSQL), oldest first."""
+    """Claim up to `limit` due jobs in one statement (PostgreSQL), oldest first.
+
+    No row locks are taken: two claimers may pick the same ids, and the due re-check in the
+    outer WHERE lets exactly one of them have each job."""
     now = timezone.now()
     if connection.vendor != "postgresql":
         claimed = (job_claim(job_id) for job_id in jobs_due(limit))
         return [job for job in claimed if job is not None]
+    due, due_params = _sql(_due, now, _max_attempts())
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_DUE, {"now": now, "lease_until": now + _lease(), "limit": limit})
+        cursor.execute(
+            f"{_CLAIM_SET} WHERE id IN (SELECT id FROM {Job._meta.db_table} WHERE {due} "
+            f"ORDER BY run_at LIMIT %s) AND {due} {_CLAIMED}",
+            [now + _lease(), now, *due_params, limit, *due_params],
+        )
         rows = cursor.fetchall()
     jobs = [_claimed(row, now) for row in rows]
     return sorted(jobs, key=lambda job: job.run_at)
@@ -245,7 +296,7 @@ def job_execute(job: Job, *, record_success: bool = True) -> str:
         return "retry"
     except Exception as exc:  # any failure: retried with backoff, then left for an operator
         logger.warning("job %s (%s) attempt %s failed: %s", job.pk, job.kind, job.attempts, exc)
-        if job.attempts >= int(vnext_setting("JOB_MAX_ATTEMPTS")):
+        if job.attempts >= _max_attempts():
             job_complete(job, JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             return "failed"
         retry_at = timezone.now() + _backoff(job.attempts)
@@ -279,17 +330,18 @@ def jobs_complete_succeeded(jobs: list[Job]) -> int:
 
 
 def jobs_due(limit: int = 100) -> list[int]:
-    """Ids of jobs that should run now: pending and due, or running with an expired lease."""
-    now = timezone.now()
-    due = Q(status=JobStatus.PENDING, run_at__lte=now) | Q(
-        status=JobStatus.RUNNING, lease_until__lt=now
-    )
+    """Ids of jobs that should run now: pending and due, or running with an expired lease and
+    an attempt left (see `_due`)."""
+    due = _due(timezone.now(), _max_attempts())
     return list(Job.objects.filter(due).order_by("run_at").values_list("pk", flat=True)[:limit])
 
 
 def jobs_run_due(limit: int = 100) -> dict[str, int]:
-    """Run due jobs here and now, one after the other (tests, `jobs_run` command)."""
+    """Run due jobs here and now, one after the other (tests, `jobs_run` command); jobs whose
+    lease expired on their last attempt are failed first (counted as `failed`)."""
     counts: dict[str, int] = {}
+    if expired := jobs_fail_expired_leases():
+        counts["failed"] = expired
     for job_id in jobs_due(limit):
         outcome = job_run(job_id)
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -297,10 +349,53 @@ def jobs_run_due(limit: int = 100) -> dict[str, int]:
 
 
 def jobs_dispatch_due(limit: int = 500) -> int:
-    """The periodic safety net: hand every due job to the runner again."""
+    """The periodic safety net: fail the jobs whose lease expired on their last attempt, then
+    hand every due job to the runner again. Returns how many were dispatched."""
+    jobs_fail_expired_leases()
     due = jobs_due(limit)
     jobs_dispatch([(job_id, timezone.now()) for job_id in due])
     return len(due)
+
+
+# The `last_error` of a job failed because its lease expired on its last attempt.
+_LEASE_EXPIRED = "lease expired on attempt {attempts} of {max_attempts}: the worker hung or died"
+
+
+def jobs_fail_expired_leases() -> int:
+    """Fail every job whose lease expired on its last attempt (its worker hung or died each
+    time): such a job is no longer due, so nothing else would ever finish it.
+
+    One UPDATE, fenced by the condition it selects on: a job re-claimed meanwhile has a fresh
+    lease and is left alone, and of two sweeps at once only one fails a job. Returns how many
+    jobs were failed."""
+    now = timezone.now()
+    max_attempts = _max_attempts()
+    exhausted = _lease_exhausted(now, max_attempts)
+    failed: list[tuple[int, str, Any, str]] = []
+    if connection.vendor == "postgresql":
+        where, params = _sql(_lease_exhausted, now, max_attempts)
+        before, _, after = _LEASE_EXPIRED.partition("{attempts}")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Job._meta.db_table} SET status = 'failed', "
+                "last_error = concat(%s, attempts, %s), updated_at = %s "
+                f"WHERE {where} RETURNING id, kind, instance_id, last_error",
+                [before, after.format(max_attempts=max_attempts), now, *params],
+            )
+            failed = list(cursor.fetchall())
+    else:  # the ORM cannot UPDATE ... RETURNING: one update per job, each fenced the same way
+        candidates = Job.objects.filter(exhausted).values_list(
+            "pk", "kind", "instance_id", "attempts"
+        )
+        for job_id, kind, instance_id, attempts in candidates:
+            error = _LEASE_EXPIRED.format(attempts=attempts, max_attempts=max_attempts)
+            if Job.objects.filter(exhausted, pk=job_id).update(
+                status=JobStatus.FAILED, last_error=error, updated_at=now
+            ):
+                failed.append((job_id, kind, instance_id, error))
+    for job_id, kind, instance_id, error in failed:
+        logger.warning("job %s (%s) for instance %s failed: %s", job_id, kind, instance_id, error)
+    return len(failed)
 
 
 def jobs_prune_finished(*, older_than: timedelta | None = None) -> int:
@@ -317,8 +412,10 @@ def jobs_prune_finished(*, older_than: timedelta | None = None) -> int:
 def instances_reap_stranded_busy() -> int:
     """Fault every instance Busy past its lease whose owner is gone (no live job holds it).
 
-    A job-owned reservation is left to the job (its lease reaper re-runs it); anything else
-    Busy for longer than `BUSY_LEASE_SECONDS` is faulted with an incident, never left Busy."""
+    A reservation owned by a live (pending or running) job is left to the job (an expired lease
+    is re-claimed); anything else Busy for longer than `BUSY_LEASE_SECONDS`, including a
+    reservation of a job failed on its last expired lease, is faulted with an incident, never
+    left Busy."""
     cutoff = timezone.now() - timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
     reaped = 0
     stale = Instance.objects.filter(status=InstanceStatus.BUSY, busy_since__lt=cutoff)

@@ -118,9 +118,15 @@ class EmbeddedJobRunner(threading.Thread):
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
-        from instances.jobs import instances_reap_stranded_busy, jobs_prune_finished
+        from instances.jobs import (
+            instances_reap_stranded_busy,
+            jobs_fail_expired_leases,
+            jobs_prune_finished,
+        )
         from locks.services import locks_sweep_expired
 
+        # A job whose lease expired on its last attempt is never claimed again: fail it here.
+        jobs_fail_expired_leases()
         instances_reap_stranded_busy()
         locks_sweep_expired()
         jobs_prune_finished()

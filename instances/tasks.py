@@ -22,7 +22,8 @@ def job_run_task(job_id: int) -> str:
 
 @shared_task(name="vnext.jobs_dispatch_due", ignore_result=True)
 def jobs_dispatch_due_task() -> int:
-    """Safety net: re-send every due job (timers whose message was lost, expired leases)."""
+    """Safety net: fail jobs whose lease expired on their last attempt, then re-send every due
+    job (timers whose message was lost, expired leases with attempts left)."""
     return jobs_dispatch_due()
 
 
