@@ -598,11 +598,16 @@ def _message(exc: BaseException) -> str:
 
 
 def _script_line(exc: BaseException, location: str) -> int | None:
+    # Frames are read directly: no source lines are looked up (that would read files).
     try:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == location]
+        lines = [
+            line
+            for frame, line in traceback.walk_tb(exc.__traceback__)
+            if frame.f_code.co_filename == location
+        ]
     except Exception:  # a traceback is a hint, never a second failure
         return None
-    return frames[-1].lineno if frames else None
+    return lines[-1] if lines else None
 
 
 class InProcessExecutor:

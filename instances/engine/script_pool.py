@@ -388,7 +388,9 @@ class ScriptPool:
 
     def _log(self, reply: dict[str, Any], location: str) -> None:
         for level, text in reply.get("log") or ():
-            logger.log(_LOG_LEVELS.get(str(level), logging.ERROR), "[%s] %s", location, text)
+            # One script line is one log line: a script cannot forge other entries.
+            line = str(text).replace("\r", "\\r").replace("\n", "\\n")
+            logger.log(_LOG_LEVELS.get(str(level), logging.ERROR), "[%s] %s", location, line)
 
     # --- workers -----------------------------------------------------------------------------
 

@@ -16,8 +16,10 @@ Then it answers requests on stdin/stdout, one at a time: 4-byte big-endian lengt
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import ctypes
+import datetime
 import errno
 import importlib
 import json
@@ -41,6 +43,11 @@ from instances.engine.scripts import (
 )
 
 _HEADER = struct.Struct(">I")
+_PRELOADED_CODECS = (
+    "utf-8", "utf-16", "utf-32", "latin-1", "ascii", "cp1252", "cp1254", "iso8859-9",
+    "iso8859-15", "cp437", "cp850", "cp857", "mac-roman", "idna", "punycode",
+    "unicode-escape", "raw-unicode-escape",
+)  # fmt: skip
 _CACHE_SIZE = 512
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
@@ -80,8 +87,12 @@ def main(config_text: str) -> None:
 def _preload() -> None:
     for name in sorted(SCRIPT_MODULES):
         importlib.import_module(name)
-    # Touch what loads lazily on first use.
-    json.loads(json.dumps({"a": [1.5, "b"]}))
+    # Touch what loads lazily on first use: once privileges are dropped the interpreter's files
+    # may no longer be readable (a root-only pyenv, say).
+    json.loads(json.dumps({"a": [1.5, "b"]}, indent=1))
+    datetime.datetime.strptime("2024-01-31 10:20 +0300", "%Y-%m-%d %H:%M %z")
+    for codec in _PRELOADED_CODECS:
+        codecs.lookup(codec)
     compile_script("def handler(context):\n    return [x for x in range(1)]\n", "preload")
     with contextlib.suppress(ImportError, OSError, AttributeError, TypeError):
         import pyseccomp  # noqa: F401 - loads libseccomp while files may still be read

@@ -189,6 +189,22 @@ def handler(context):
             "wait": 300.0,
         }
 
+    def test_what_loads_lazily_works_in_a_worker_that_dropped_its_privileges(self, run):
+        source = """
+import datetime
+
+def handler(context):
+    parsed = datetime.datetime.strptime("31.01.2024 10:20", "%d.%m.%Y %H:%M")
+    return [parsed.isoformat(), "\u0131\u015f".encode("cp1254").hex(), "b\u00fccher.de".encode("idna").decode()]
+"""
+        assert run(source) == ["2024-01-31T10:20:00", "fdfe", "xn--bcher-kva.de"]
+
+    def test_log_lines_cannot_forge_other_log_entries(self, run, caplog):
+        with caplog.at_level("INFO", logger="vnext.scripts"):
+            run(handler_of("log.info('one\\nFORGED root entry')\nreturn 1"))
+        assert "FORGED" in caplog.text
+        assert not any(line.startswith("FORGED") for line in caplog.text.splitlines())
+
     def test_handlers_may_be_methods_of_one_class_with_state(self, run):
         source = """
 class DoubleMapping:
