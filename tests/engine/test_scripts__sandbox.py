@@ -195,7 +195,8 @@ import datetime
 
 def handler(context):
     parsed = datetime.datetime.strptime("31.01.2024 10:20", "%d.%m.%Y %H:%M")
-    return [parsed.isoformat(), "\u0131\u015f".encode("cp1254").hex(), "b\u00fccher.de".encode("idna").decode()]
+    turkish = "\u0131\u015f".encode("cp1254").hex()
+    return [parsed.isoformat(), turkish, "b\u00fccher.de".encode("idna").decode()]
 """
         assert run(source) == ["2024-01-31T10:20:00", "fdfe", "xn--bcher-kva.de"]
 
