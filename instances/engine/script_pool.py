@@ -398,10 +398,11 @@ class ScriptPool:
         with self._lock:
             self._all.pop(worker.pid, None)
             closed = self._closed
-        self.restarts += 1
-        self._spawns.put(worker)
         if closed:
+            worker.kill()  # the spawner thread has stopped
             return
+        self.restarts += 1
+        self._spawns.put(worker)  # killed and reaped by the spawner thread, off the caller's path
         self._spawns.put(True)
 
     def _spawn_loop(self) -> None:

@@ -327,7 +327,7 @@ ALLOCATION = [
     body(
         "a gigabyte joined from a generator",
         "return len(''.join('x' * 5000000 for i in range(200)))",
-        RESOURCE,
+        (RESOURCE, TIMEOUT),
     ),
     body("bytes repeat", "return (10 ** 9) * b'x'", REFUSED),
     body("an answer over the payload limit", "s = 'x' * 9000000\nreturn [s, s]", ERROR),
