@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from instances.jobs import ReplayRefused, job_replay
+from instances.jobs import REPLAYED, job_replay
 from instances.models import Incident, Instance, InstanceTask, InstanceTransition, Job
 
 
@@ -126,22 +126,27 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ["kind", "status", "run_at"]
     search_fields = ["instance__id", "dedupe_key"]
     readonly_fields = [f.name for f in Job._meta.fields]
-    actions = ["replay"]
+    actions = ["replay", "replay_forced"]
 
-    @admin.action(description="Replay (succeeded jobs are skipped)")
+    @admin.action(description="Replay the selected jobs")
     def replay(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         """Put the selected jobs back in the queue, in the operator's name."""
+        self._replay(request, queryset, force=False)
+
+    @admin.action(description="Replay with force (succeeded timers fire again)")
+    def replay_forced(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """The same, succeeded timers included."""
+        self._replay(request, queryset, force=True)
+
+    def _replay(self, request: HttpRequest, queryset: QuerySet[Job], *, force: bool) -> None:
         operator = request.user.get_username()
-        done, refused = 0, []
-        for job in queryset:
-            try:
-                job_replay(job=job, operator=operator)
-                done += 1
-            except ReplayRefused as exc:
-                refused.append(str(exc))
-        self.message_user(request, f"{done} job(s) replayed", messages.SUCCESS)
-        for reason in refused:
-            self.message_user(request, reason, messages.WARNING)
+        results = [job_replay(job=job, force=force, operator=operator) for job in queryset]
+        replayed = [result for result in results if result.outcome == REPLAYED]
+        if replayed:
+            self.message_user(request, f"{len(replayed)} job(s) replayed", messages.SUCCESS)
+        for result in results:
+            if result.outcome != REPLAYED:
+                self.message_user(request, str(result), messages.WARNING)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

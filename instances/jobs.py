@@ -24,9 +24,10 @@ from django.utils import timezone
 
 from instances.engine.definition import TransitionDef
 from instances.engine.errors import Codes, VNextError
-from instances.engine.pipeline import PipelineFault, Rejected, TransitionRequest
+from instances.engine.pipeline import PipelineFault, Rejected, TransitionRequest, stage_fault
 from instances.engine.profiles import Order, Trigger
-from instances.models import Incident, Instance, InstanceTransition, Job
+from instances.engine.records import Guard, GuardKind, IncidentRow, PendingWrites
+from instances.models import Instance, InstanceTransition, Job
 from instances.status import InstanceStatus, JobStatus, TransitionStatus
 from vnext.conf import vnext_setting
 
@@ -38,11 +39,26 @@ TIMEOUT = "timeout"
 
 
 class RetryLater(Exception):
-    """The job cannot run yet (the instance is Busy): try again after `delay` seconds."""
+    """The job cannot run yet (the instance is Busy): try again after at least `delay` seconds,
+    backing off like a failure and within the same attempt limit."""
 
     def __init__(self, reason: str, delay: float = 1.0) -> None:
         super().__init__(reason)
         self.delay = delay
+
+
+class JobSkipped(Exception):
+    """The job has nothing to do (its instance is faulted, finished or gone, or left the timer's
+    state): it ends `skipped` with this reason, never retried."""
+
+
+class InstanceFaulted(Exception):
+    """The job ran and its run faulted the instance: it ends `instance_faulted` with the code.
+    The instance is what an operator retries, not the job."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
 
 
 # --- enqueue and dispatch ------------------------------------------------------------------------
@@ -290,9 +306,21 @@ def job_execute(job: Job, *, record_success: bool = True) -> str:
         if handler is None:
             raise VNextError(Codes.APP_INTERNAL, f"no handler for job kind {job.kind!r}")
         handler(job)
+    except JobSkipped as skipped:
+        logger.info("job %s (%s) skipped: %s", job.pk, job.kind, skipped)
+        job_complete(job, JobStatus.SKIPPED, error=str(skipped))
+        return "skipped"
+    except InstanceFaulted as faulted:
+        job_complete(job, JobStatus.INSTANCE_FAULTED, error=str(faulted))
+        return "instance_faulted"
     except RetryLater as wait:
-        retry_at = timezone.now() + timedelta(seconds=wait.delay)
-        job_complete(job, JobStatus.PENDING, error=str(wait), retry_at=retry_at)
+        if job.attempts >= _max_attempts():
+            error = f"gave up after {job.attempts} attempts: {wait}"
+            logger.warning("job %s (%s) %s", job.pk, job.kind, error)
+            job_complete(job, JobStatus.FAILED, error=error)
+            return "failed"
+        delay = max(timedelta(seconds=wait.delay), _backoff(job.attempts))
+        job_complete(job, JobStatus.PENDING, error=str(wait), retry_at=timezone.now() + delay)
         return "retry"
     except Exception as exc:  # any failure: retried with backoff, then left for an operator
         logger.warning("job %s (%s) attempt %s failed: %s", job.pk, job.kind, job.attempts, exc)
@@ -401,7 +429,7 @@ def jobs_fail_expired_leases() -> int:
 def jobs_prune_finished(*, older_than: timedelta | None = None) -> int:
     """Delete succeeded and cancelled jobs older than the retention (failed ones stay)."""
     age = older_than or timedelta(days=float(vnext_setting("JOB_RETENTION_DAYS")))
-    finished = [JobStatus.SUCCEEDED, JobStatus.CANCELLED]
+    finished = [JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.SKIPPED]
     cutoff = timezone.now() - age
     return Job.objects.filter(status__in=finished, updated_at__lt=cutoff).delete()[0]
 
@@ -425,36 +453,50 @@ def instances_reap_stranded_busy() -> int:
         ).filter(Q(payload__reservation=owner) | Q(lease_owner=owner))
         if live_job.exists():
             continue
-        with transaction.atomic():
-            now = timezone.now()
-            taken = Instance.objects.filter(
-                pk=instance_id, status=InstanceStatus.BUSY, busy_owner=owner
-            ).update(status=InstanceStatus.FAULTED, busy_owner="", busy_since=None, updated_at=now)
-            if not taken:
-                continue
-            running = InstanceTransition.objects.filter(
-                instance_id=instance_id, status=TransitionStatus.RUNNING
-            )
-            running.update(
-                status=TransitionStatus.FAULTED,
-                error_code="Instance:StrandedBusy",
-                error_message="the pipeline holding Busy stopped without finishing",
-                finished_at=now,
-            )
-            instance = Instance.objects.get(pk=instance_id)
-            Incident.objects.create(
-                instance_id=instance_id,
-                state=instance.current_state,
-                error_code="Instance:StrandedBusy",
-                layer="pipeline",
-                message=(
-                    f"Busy since before {cutoff:%Y-%m-%d %H:%M:%S} UTC with no live owner "
-                    f"({owner or 'unknown'}); faulted by the reaper, retry or cancel it"
-                ),
-            )
+        if not _fault_stranded(instance_id, owner, cutoff):
+            continue
         reaped += 1
         logger.warning("reaped stranded Busy instance %s (owner %s)", instance_id, owner)
     return reaped
+
+
+def _fault_stranded(instance_id: uuid.UUID, owner: str, cutoff: datetime) -> bool:
+    # The same fault as a failed run (status, incident, timers, locks), guarded by the stale
+    # owner: a run that finishes meanwhile wins and nothing is written.
+    from instances.orm_store import OrmStore
+
+    store = OrmStore()
+    snapshot = store.load(instance_id)
+    if snapshot is None:
+        return False
+    writes = PendingWrites()
+    message = (
+        f"Busy since before {cutoff:%Y-%m-%d %H:%M:%S} UTC with no live owner "
+        f"({owner or 'unknown'}); faulted by the reaper, retry or cancel it"
+    )
+    incident = IncidentRow(
+        transition_id=None,
+        state=snapshot.current_state,
+        transition_key="",
+        error_code=STRANDED_BUSY,
+        message=message,
+    )
+    stage_fault(writes, state=snapshot.current_state, incident=incident)
+    with transaction.atomic():
+        if store.flush(snapshot, writes, Guard(GuardKind.OWNER, owner=owner)) is None:
+            return False
+        InstanceTransition.objects.filter(
+            instance_id=instance_id, status=TransitionStatus.RUNNING
+        ).update(
+            status=TransitionStatus.FAULTED,
+            error_code=STRANDED_BUSY,
+            error_message="the pipeline holding Busy stopped without finishing",
+            finished_at=timezone.now(),
+        )
+    return True
+
+
+STRANDED_BUSY = "Instance:StrandedBusy"
 
 
 # --- handlers ------------------------------------------------------------------------------------
@@ -466,19 +508,23 @@ class _Loaded:
     definition: Any
 
 
-def _load(job: Job) -> _Loaded | None:
+def _load(job: Job) -> _Loaded:
     from instances.orm_store import OrmStore
     from instances.services import engine
 
     if job.instance_id is None:
-        return None
+        raise JobSkipped("the job names no instance")
     instance = OrmStore().load(job.instance_id)
     if instance is None:
-        return None
+        raise JobSkipped(f"instance {job.instance_id} no longer exists")
     definition = engine().components.workflow(
         instance.domain, instance.workflow_key, instance.workflow_version
     )
-    return _Loaded(instance, definition) if definition else None
+    if definition is None:
+        raise JobSkipped(
+            f"workflow {instance.workflow_key} {instance.workflow_version} is not published"
+        )
+    return _Loaded(instance, definition)
 
 
 def _take_reservation(job: Job) -> bool:
@@ -500,14 +546,14 @@ def _handle_transition(job: Job) -> None:
     from instances.services import engine
 
     loaded = _load(job)
-    if loaded is None:
-        return
     instance, definition = loaded.instance, loaded.definition
     payload = job.payload
     lock_free = bool(payload.get("lockFree"))
     if not lock_free and not _take_reservation(job):
-        logger.info("job %s: instance %s is no longer reserved for it", job.pk, job.instance_id)
-        return
+        raise JobSkipped(
+            f"instance {job.instance_id} is no longer reserved for this job "
+            f"(status {instance.status})"
+        )
     key = payload["transition"]
     is_start = bool(payload.get("start"))
     transition: TransitionDef | None
@@ -530,6 +576,7 @@ def _handle_transition(job: Job) -> None:
         actor=payload.get("actor") or "",
         stage=payload.get("stage") or "",
         row_seed=row_seed,
+        attempt=job.attempts,
     )
     _resume_if_partially_committed(request, instance, row_seed)
     try:
@@ -540,10 +587,10 @@ def _handle_transition(job: Job) -> None:
             owner=None if lock_free else job.lease_owner,
             reserved=not lock_free,
         )
-    except PipelineFault:
-        pass  # the instance is Faulted with an incident: the job itself is done
+    except PipelineFault as fault:
+        raise InstanceFaulted(fault.code, fault.message) from fault
     except Rejected as refused:
-        logger.info("job %s: %s", job.pk, refused.detail)
+        raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
 
 
 def _resume_if_partially_committed(
@@ -567,33 +614,35 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
     from instances.services import engine
 
     loaded = _load(job)
-    if loaded is None:
-        return
     instance, definition = loaded.instance, loaded.definition
     if instance.status == InstanceStatus.COMPLETED:
-        return
+        raise JobSkipped(f"instance {instance.id} is completed")
+    if instance.status == InstanceStatus.FAULTED and not timeout:
+        # The workflow timeout may still end a faulted instance; a state's timer may not.
+        raise JobSkipped(f"instance {instance.id} is faulted; its timers wait for a retry")
     if timeout:
         transition = definition.timeout
     else:
         if instance.current_state != job.state:
-            return  # the state was left; its timers are void
+            raise JobSkipped(f"the instance left state {job.state!r}; its timers are void")
         transition = definition.transition_for(job.state, job.payload["transition"])
     if transition is None:
-        return
+        raise JobSkipped("the transition is no longer in the definition")
     request = TransitionRequest(
         transition=transition,
         trigger=Trigger.SCHEDULED,
         actor="scheduler",
         row_seed=uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}"),
+        attempt=job.attempts,
     )
     try:
         engine().execute(definition, instance, request, owner=job.lease_owner)
-    except PipelineFault:
-        pass
+    except PipelineFault as fault:
+        raise InstanceFaulted(fault.code, fault.message) from fault
     except Rejected as refused:
-        if refused.error in (Codes.INSTANCE_BUSY,):
+        if refused.error == Codes.INSTANCE_BUSY:
             raise RetryLater(refused.detail, delay=0.5) from refused
-        logger.info("timer job %s not applied: %s", job.pk, refused.detail)
+        raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
 
 
 HANDLERS: dict[str, Callable[[Job], None]] = {
@@ -606,16 +655,31 @@ HANDLERS: dict[str, Callable[[Job], None]] = {
 # --- operators -----------------------------------------------------------------------------------
 
 
-class ReplayRefused(Exception):
-    """A job that must not be replayed (running, or succeeded without `force`)."""
+@dataclass(frozen=True)
+class ReplayResult:
+    """What replaying one job did: `replayed` (back in the queue), `refused` (why not), or
+    `no effect` (it would run and change nothing, so it was left as it is)."""
+
+    job_id: int
+    outcome: str
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.outcome}" + (f" ({self.reason})" if self.reason else "")
 
 
-def job_replay(*, job: Job, force: bool = False, operator: str = "") -> None:
-    """Put a finished job back in the queue; a succeeded one only with `force`."""
-    if job.status == JobStatus.RUNNING and job.lease_until and job.lease_until > timezone.now():
-        raise ReplayRefused(f"job {job.pk} is running (lease until {job.lease_until:%H:%M:%S})")
-    if job.status == JobStatus.SUCCEEDED and not force:
-        raise ReplayRefused(f"job {job.pk} already succeeded; use --force to run it again")
+REPLAYED, REFUSED, NO_EFFECT = "replayed", "refused", "no effect"
+
+
+def job_replay(*, job: Job, force: bool = False, operator: str = "") -> ReplayResult:
+    """Put a finished job back in the queue when running it again can change something; a
+    succeeded timer only with `force`. Never reports a replay that would change nothing."""
+    refusal = _replay_refusal(job, force)
+    if refusal:
+        return ReplayResult(job.pk, REFUSED, refusal)
+    pointless = _replay_without_effect(job)
+    if pointless:
+        return ReplayResult(job.pk, NO_EFFECT, pointless)
     now = timezone.now()
     with transaction.atomic():
         replayed = Job.objects.filter(pk=job.pk, status=job.status).update(
@@ -627,6 +691,48 @@ def job_replay(*, job: Job, force: bool = False, operator: str = "") -> None:
             updated_at=now,
         )
         if not replayed:
-            raise ReplayRefused(f"job {job.pk} changed meanwhile; look again")
+            return ReplayResult(job.pk, REFUSED, "it changed meanwhile; look again")
         transaction.on_commit(lambda: jobs_dispatch([(job.pk, now)]))
     logger.info("job %s replayed by %s", job.pk, operator or "an operator")
+    return ReplayResult(job.pk, REPLAYED)
+
+
+def _replay_refusal(job: Job, force: bool) -> str:
+    if job.status == JobStatus.PENDING:
+        return "it is already waiting to run"
+    if job.status == JobStatus.RUNNING and job.lease_until and job.lease_until > timezone.now():
+        return f"it is running (lease until {job.lease_until:%H:%M:%S})"
+    if job.status == JobStatus.INSTANCE_FAULTED:
+        return (
+            f"its run faulted instance {job.instance_id} ({job.last_error[:200]}); "
+            "retry or cancel the instance instead"
+        )
+    if job.status == JobStatus.SUCCEEDED and not force and job.kind != TRANSITION:
+        return "it already succeeded; replay it with force to run it again"
+    return ""
+
+
+def _replay_without_effect(job: Job) -> str:
+    if job.status == JobStatus.SUCCEEDED and job.kind == TRANSITION:
+        return "its transition was applied; replaying it would change nothing"
+    instance = Instance.objects.filter(pk=job.instance_id).first() if job.instance_id else None
+    if instance is None:
+        return "its instance no longer exists"
+    if instance.status == InstanceStatus.COMPLETED:
+        return f"instance {instance.pk} is completed"
+    if job.kind == TIMER and instance.current_state != job.state:
+        return f"instance {instance.pk} has left state {job.state!r}"
+    if job.kind == TIMER and instance.status == InstanceStatus.FAULTED:
+        return f"instance {instance.pk} is faulted; retry or cancel the instance"
+    if job.kind == TRANSITION and not job.payload.get("lockFree"):
+        reservation = str(job.payload.get("reservation") or "")
+        owner = instance.busy_owner
+        held = instance.status == InstanceStatus.BUSY and (
+            owner == reservation or owner.startswith(f"job:{job.pk}:")
+        )
+        if not held:
+            return (
+                f"instance {instance.pk} is no longer reserved for it (status "
+                f"{instance.status}); send the transition again"
+            )
+    return ""

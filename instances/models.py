@@ -178,10 +178,16 @@ class Incident(models.Model):
     layer = models.CharField(max_length=20, default="pipeline")  # transport | task | pipeline
     boundary_action = models.CharField(max_length=20, blank=True)
     boundary_level = models.CharField(max_length=20, blank=True)
+    # The pipeline step that failed (`ON_ENTRY`, ...) and the job attempt it failed on.
+    step = models.CharField(max_length=40, blank=True)
+    attempt = models.PositiveIntegerField(null=True, blank=True)
     message = models.TextField()
     trace_id = models.CharField(max_length=64, blank=True)
     resolved = models.BooleanField(default=False)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # How it was closed (`cancelled`, `exited`, `retried`, ...) and by whom.
+    resolution = models.CharField(max_length=40, blank=True)
+    resolved_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -229,7 +235,7 @@ class Job(models.Model):
     state = models.CharField(max_length=200, blank=True)  # the state a timer belongs to
     payload = models.JSONField(default=dict, blank=True)
     run_at = models.DateTimeField(default=timezone.now)
-    status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.PENDING)
+    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     lease_owner = models.CharField(max_length=64, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)

@@ -15,12 +15,12 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import DataError, IntegrityError, connection, connections, transaction
 from django.db.models import Field, Q
 from django.utils import timezone
 
 from instances.engine.definition import WorkflowDefinition
-from instances.engine.ports import BusinessKeyTaken
+from instances.engine.ports import BusinessKeyTaken, StoreRefused
 from instances.engine.records import (
     Guard,
     GuardKind,
@@ -177,6 +177,9 @@ class OrmStore:
                 self._write_rows(committed, writes, data_changed)
         except _GuardFailed:
             return None
+        except DataError as exc:
+            # The content was refused (NUL character, number out of range): nothing written.
+            raise StoreRefused(f"the database refused the data: {_first_line(exc)}") from exc
         return committed
 
     # --- instance row -------------------------------------------------------------------------
@@ -350,6 +353,11 @@ class OrmStore:
             timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
         if writes.release_locks:
             ResourceLock.objects.filter(owner=instance_id).delete()
+        if writes.resolve_incidents is not None:
+            resolution, who = writes.resolve_incidents
+            Incident.objects.filter(instance_id=instance_id, resolved=False).update(
+                resolved=True, resolved_at=timezone.now(), resolution=resolution, resolved_by=who
+            )
         if writes.jobs:
             created = Job.objects.bulk_create(
                 Job(instance_id=instance_id, **vars(job)) for job in writes.jobs
@@ -384,6 +392,10 @@ class OrmStore:
             params.append([instance_id, *values.values()])
         with connection.cursor() as cursor:
             cursor.executemany(sql, params)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _with(snapshot: InstanceSnapshot, fields: dict[str, Any]) -> InstanceSnapshot:

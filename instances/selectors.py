@@ -3,6 +3,7 @@ schema) of API.md section 3."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,18 @@ def active_incident(instance: InstanceSnapshot) -> dict[str, Any] | None:
     return incident_body(row) if row else None
 
 
+def active_incidents(instance_ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    """The newest open incident of each of `instance_ids` that has one (one query), for listings
+    that must agree with `GET instance` and the state function."""
+    newest: dict[uuid.UUID, dict[str, Any]] = {}
+    rows = Incident.objects.filter(instance_id__in=instance_ids, resolved=False).order_by(
+        "instance_id", "-created_at"
+    )
+    for row in rows:
+        newest.setdefault(row.instance_id, incident_body(row))
+    return newest
+
+
 def incident_page(
     instance: InstanceSnapshot, page: int, page_size: int
 ) -> tuple[list[Incident], bool]:
@@ -84,8 +97,13 @@ def incident_body(row: Incident) -> dict[str, Any]:
         "state": row.state,
         "transitionKey": row.transition_key,
         "taskKey": row.task_key or None,
+        "step": row.step or None,
+        "attempt": row.attempt,
         "layer": row.layer,
         "resolved": row.resolved,
+        "resolution": row.resolution or None,
+        "resolvedBy": row.resolved_by or None,
+        "resolvedAt": row.resolved_at.isoformat() if row.resolved_at else None,
         "createdAt": row.created_at.isoformat(),
     }
 
@@ -110,9 +128,12 @@ def state_function(
     view = (state.raw.get("view") if state else None) or {}
     transitions: list[dict[str, Any]] = []
     live = instance.status != InstanceStatus.COMPLETED
+    faulted = instance.status == InstanceStatus.FAULTED
     for transition in definition.available_transitions(instance.current_state) if live else []:
         if transition.trigger_type != TriggerType.MANUAL:
             continue
+        if faulted and transition.kind not in (TransitionKind.CANCEL, TransitionKind.EXIT):
+            continue  # a faulted instance runs nothing else until it is retried
         entry: dict[str, Any] = {
             "name": transition.key,
             "href": _href(base, "transitions", transition.key),

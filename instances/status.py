@@ -78,6 +78,10 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"  # retries exhausted; an operator may replay it
     CANCELLED = "cancelled", "Cancelled"  # e.g. a timer of a state the instance has left
+    # Ended without running: the instance was faulted, finished or had left the timer's state.
+    SKIPPED = "skipped", "Skipped"
+    # Ran, and its run faulted the instance: the error is on the instance; retry the instance.
+    INSTANCE_FAULTED = "instance_faulted", "Faulted its instance"
 
 
 class CorrelationStatus(models.TextChoices):

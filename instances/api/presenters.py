@@ -71,9 +71,9 @@ def instance_detail(
     }
 
 
-def list_item(row: Instance) -> dict[str, Any]:
-    """One instance of a listing."""
-    return instance_detail(snapshot_of(row))
+def list_item(row: Instance, active_incident: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One instance of a listing, with its newest open incident (see `active_incidents`)."""
+    return instance_detail(snapshot_of(row), active_incident)
 
 
 def history_row(row: InstanceTransition) -> dict[str, Any]:

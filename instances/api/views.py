@@ -19,6 +19,7 @@ from instances.engine.records import InstanceSnapshot
 from instances.filters import parse_page
 from instances.selectors import (
     active_incident,
+    active_incidents,
     data_function,
     incident_body,
     incident_page,
@@ -183,9 +184,10 @@ class InstanceListView(APIView):
             query["pageSize"] = str(page.page_size)
             return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
 
+        incidents = active_incidents([row.pk for row in page.items])
         return Response(
             {
-                "items": [list_item(row) for row in page.items],
+                "items": [list_item(row, incidents.get(row.pk)) for row in page.items],
                 "page": page.page,
                 "pageSize": page.page_size,
                 "hasNext": page.has_next,

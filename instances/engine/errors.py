@@ -52,6 +52,7 @@ class Codes:
     TASK_OUTPUT_MAPPING_FAILED = ErrorCode("Task:400008", 502, "Task output mapping failed")
     TASK_HTTP_TIMEOUT = ErrorCode("Task:Http:Timeout", 504, "HTTP task timed out")
     TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 502, "Task type is not supported here")
+    DATA_REFUSED = ErrorCode("Instance:DataRefused", 400, "The data cannot be stored")
     SCRIPT_FAILED = ErrorCode("Script:100001", 422, "Script failed")
     SCRIPT_TIMEOUT = ErrorCode("Script:Timeout", 422, "Script ran past its time limit")
     SCRIPT_RESOURCE_LIMIT = ErrorCode(

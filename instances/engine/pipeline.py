@@ -21,7 +21,14 @@ from typing import Any, NoReturn
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, VNextError, all_codes
-from instances.engine.ports import Components, InstanceReader, Locks, Store, utc_now
+from instances.engine.ports import (
+    Components,
+    InstanceReader,
+    Locks,
+    Store,
+    StoreRefused,
+    utc_now,
+)
 from instances.engine.profiles import Order, Profile, Trigger, resolve_profile
 from instances.engine.records import (
     Guard,
@@ -76,6 +83,8 @@ class TransitionRequest:
     # A job's run records its hops under ids derived from this seed, so a re-run after a crash
     # updates the same history rows instead of adding new ones.
     row_seed: uuid.UUID | None = None
+    # The job attempt running this request (incidents record it); None for a client's call.
+    attempt: int | None = None
     # Resume a hop whose ChangeState was committed by an earlier, interrupted run.
     resume_at: Order | None = None
     resume_from_state: str | None = None
@@ -237,6 +246,13 @@ class Execution:
                 outcome = step.run(self, hop)
             except Rejected:
                 raise
+            except StoreRefused as refused:
+                if not self.committed:
+                    # Nothing was written and nobody holds Busy: the request itself is refused.
+                    raise Rejected(
+                        refused.error, refused.detail, instance_id=str(self.instance.id)
+                    ) from refused
+                self._fault(hop, refused)
             except (VNextError, ScriptError, TaskFailure) as exc:
                 self._fault(hop, exc)
             if outcome.kind == "stop":
@@ -325,27 +341,39 @@ class Execution:
     # --- failure ------------------------------------------------------------------------------
 
     def _fault(self, hop: Hop, exc: BaseException) -> NoReturn:
+        """The one way a run fails after admission: in one transaction the instance becomes
+        Faulted, the hop's history row and an incident say why (task, step, attempt, code), the
+        state's timers are cancelled and the instance's locks released. If the database refuses
+        the pending writes themselves, the fault is written without them."""
         code, http_status, message = _describe_failure(exc)
         now = self.engine.clock()
         row = hop.row or self.transition_row(hop)
         row.status = TransitionStatus.FAULTED
         row.error_code, row.error_message, row.finished_at = code, message, now
-        self.writes.transitions[row.id] = row
-        self.writes.incidents.append(
-            IncidentRow(
-                transition_id=row.id,
-                state=self.instance.current_state,
-                transition_key=hop.transition.key,
-                error_code=code,
-                message=message,
-                layer="task" if isinstance(exc, TaskFailure) else "pipeline",
-            )
+        incident = IncidentRow(
+            transition_id=row.id,
+            state=self.instance.current_state,
+            transition_key=hop.transition.key,
+            error_code=code,
+            message=message,
+            layer="task" if isinstance(exc, TaskFailure) else "pipeline",
+            task_key=getattr(exc, "task_key", "") or "",
+            step=hop.executed[-1].name if hop.executed else "",
+            attempt=hop.request.attempt,
         )
-        if not self.lock_free:
-            self.writes.set(status=InstanceStatus.FAULTED, busy_owner="", busy_since=None)
-            self.writes.release_locks = True
+        if isinstance(exc, StoreRefused):
+            # Keep nothing of what the database refused: only the fault itself.
+            self.writes = PendingWrites()
+            row.body = {}
+        self._stage_fault(row, incident)
         try:
             self.flush()
+        except StoreRefused:
+            self.writes = PendingWrites()
+            row.body, incident.message = {}, _printable(incident.message)
+            row.error_message = incident.message
+            self._stage_fault(row, incident)
+            self._flush_fault()
         except Rejected:
             if not self.committed:
                 raise
@@ -356,6 +384,21 @@ class Execution:
         self.holds_busy = False
         logger.info("instance %s faulted: %s %s", self.instance.id, code, message)
         raise PipelineFault(code, message, http_status, self.instance.id)
+
+    def _stage_fault(self, row: TransitionRow, incident: IncidentRow) -> None:
+        self.writes.transitions[row.id] = row
+        if self.lock_free:
+            self.writes.incidents.append(incident)
+            return
+        stage_fault(self.writes, state=self.instance.current_state, incident=incident)
+
+    def _flush_fault(self) -> None:
+        try:
+            self.flush()
+        except (Rejected, StoreRefused):
+            if not self.committed:
+                raise
+            logger.error("fault of %s could not be recorded", self.instance.id)
 
     def transition_row(self, hop: Hop) -> TransitionRow:
         """The hop's history row, created on first use (its id is derived from a job's seed)."""
@@ -376,6 +419,21 @@ class Execution:
             stage=hop.request.stage,
         )
         return hop.row
+
+
+def stage_fault(writes: PendingWrites, *, state: str, incident: IncidentRow) -> None:
+    """Stage what faulting an instance writes, whatever the cause (a run, the reaper): the
+    Faulted status with Busy cleared, the incident, the cancelled timers of `state`, and the
+    release of every resource lock the instance holds."""
+    writes.incidents.append(incident)
+    writes.set(status=InstanceStatus.FAULTED, busy_owner="", busy_since=None)
+    writes.cancel_timers_of.add(state)
+    writes.release_locks = True
+
+
+def _printable(text: str) -> str:
+    # What the database refused in a message (NUL, lone surrogates) is shown escaped instead.
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _describe_failure(exc: BaseException) -> tuple[str, int, str]:

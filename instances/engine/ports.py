@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from instances.engine.definition import WorkflowDefinition
+from instances.engine.errors import Codes, VNextError
 from instances.engine.records import (
     Guard,
     GuardKind,
@@ -58,6 +59,14 @@ class Locks(Protocol):
 
 class BusinessKeyTaken(Exception):
     """Inserting an instance failed: a live instance of the workflow already has the key."""
+
+
+class StoreRefused(VNextError):
+    """The database refused a write for its content (a NUL character, a number out of range):
+    nothing of that flush was written."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(Codes.DATA_REFUSED, detail)
 
 
 class Store(Protocol):
@@ -165,6 +174,7 @@ class InMemoryStore:
     transitions: dict[uuid.UUID, TransitionRow] = field(default_factory=dict)
     tasks: list[TaskRow] = field(default_factory=list)
     incidents: list[IncidentRow] = field(default_factory=list)
+    incident_instances: list[uuid.UUID] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)
     data_versions: list[tuple[uuid.UUID, str, dict[str, Any]]] = field(default_factory=list)
     flushes: int = 0
@@ -215,6 +225,13 @@ class InMemoryStore:
                 self.transitions[transition.id] = replace(transition)
             self.tasks.extend(writes.tasks)
             self.incidents.extend(writes.incidents)
+            self.incident_instances.extend(row.id for _ in writes.incidents)
+            if writes.resolve_incidents is not None:
+                resolution, who = writes.resolve_incidents
+                for incident, owner in zip(self.incidents, self.incident_instances, strict=True):
+                    if owner == row.id and not incident.resolved:
+                        incident.resolved, incident.resolution = True, resolution
+                        incident.resolved_by = who
             self._write_jobs(row, writes)
             if writes.release_locks and self.locks is not None:
                 self.locks.release_all(row.id)

@@ -132,6 +132,11 @@ class IncidentRow:
     message: str
     layer: str = "pipeline"
     task_key: str = ""
+    step: str = ""
+    attempt: int | None = None
+    resolved: bool = False
+    resolution: str = ""
+    resolved_by: str = ""
 
 
 @dataclass
@@ -179,6 +184,8 @@ class PendingWrites:
     cancel_all_timers: bool = False
     # Terminal status reached: every resource lock the instance holds goes with this flush.
     release_locks: bool = False
+    # Close the instance's open incidents: (resolution, who), e.g. ("cancelled", "ops").
+    resolve_incidents: tuple[str, str] | None = None
 
     def set(self, **fields: Any) -> None:
         """Stage instance column values."""
@@ -205,4 +212,5 @@ class PendingWrites:
             or self.cancel_timers_of
             or self.cancel_all_timers
             or self.release_locks
+            or self.resolve_incidents is not None
         )

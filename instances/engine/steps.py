@@ -525,8 +525,18 @@ class FinishStep(Step):
         )
         execution.writes.cancel_all_timers = True
         execution.writes.release_locks = True
+        # A finished instance has nothing left to repair: its open incidents are closed.
+        resolution = _RESOLUTIONS.get(kind, "completed")
+        execution.writes.resolve_incidents = (resolution, hop.request.actor)
         hop.completed = True
         return Outcome.proceed()
+
+
+_RESOLUTIONS = {
+    TransitionKind.CANCEL: "cancelled",
+    TransitionKind.EXIT: "exited",
+    TransitionKind.TIMEOUT: "timed out",
+}
 
 
 class FinalizeStep(Step):

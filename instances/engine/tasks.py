@@ -203,6 +203,7 @@ class TaskRunner:
             patch = self._output(script, context, response, task_type)
             return outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
         except TaskFailure as failure:
+            failure.task_key = key
             response_dict = failure.response.as_dict() if failure.response else None
             return outcome(TaskStatus.FAILED, response_dict, failure=failure)
 

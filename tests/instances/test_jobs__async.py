@@ -244,10 +244,13 @@ def test_replay_and_list_commands(operator_client, flow, capsys):
     call_command("jobs_replay", "--id", str(job.pk), "--dry-run")
     assert "would replay job" in capsys.readouterr().out
     assert Job.objects.get(pk=job.pk).status == "succeeded"
-    call_command("jobs_replay", "--id", str(job.pk), "--force", "--no-progress")
-    assert Job.objects.get(pk=job.pk).status == "pending"
-    assert jobs_run_due() == {"succeeded": 1}
-    # The replayed start found its reservation gone: it changed nothing.
+    # Running the applied start again would change nothing: it is not reported as replayed.
+    with pytest.raises(CommandError):
+        call_command("jobs_replay", "--id", str(job.pk), "--force", "--no-progress")
+    captured = capsys.readouterr()
+    assert f"job {job.pk}: no effect (its transition was applied" in captured.err
+    assert "0 replayed, 0 refused, 1 with no effect" in captured.out
+    assert Job.objects.get(pk=job.pk).status == "succeeded"
     assert InstanceTransition.objects.filter(instance_id=accepted["id"]).count() == 1
     call_command("jobs_list", "--kind", "transition")
     assert f"{job.pk}" in capsys.readouterr().out

@@ -126,10 +126,11 @@ def test_a_job_that_hangs_on_every_attempt_is_failed_by_the_sweep_and_never_clai
 def test_jobs_run_due_counts_the_jobs_its_sweep_failed():
     exhausted, pending = new_job(), new_job()
     hang(exhausted.pk, max_attempts())
-    # The exhausted job is failed by the sweep; the pending one (a timer of no instance) runs.
-    assert jobs_run_due() == {"failed": 1, "succeeded": 1}
+    # The exhausted job is failed by the sweep; the pending one (a timer of no instance) runs
+    # and is skipped: it has nothing to act on.
+    assert jobs_run_due() == {"failed": 1, "skipped": 1}
     assert Job.objects.get(pk=exhausted.pk).status == "failed"
-    assert Job.objects.get(pk=pending.pk).status == "succeeded"
+    assert Job.objects.get(pk=pending.pk).status == "skipped"
 
 
 @pytest.mark.django_db

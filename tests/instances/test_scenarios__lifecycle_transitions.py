@@ -456,12 +456,15 @@ def test_a_manually_cancelled_timer_never_fires(api, passed):
 
 def test_a_stale_timer_of_a_state_already_left_is_void(api, passed):
     """Belt and braces: a timer row still pending (say, a cancel that raced) whose state was
-    left is run but applies nothing."""
+    left is run, applies nothing and ends `skipped` saying why."""
     api.fired(passed, "cancel-schedule-manually")
     (job,) = timers(passed)
     Job.objects.filter(pk=job.pk).update(status=JobStatus.PENDING, run_at=timezone.now())
 
-    assert jobs_run_due() == {"succeeded": 1}
+    assert jobs_run_due() == {"skipped": 1}
+    job.refresh_from_db()
+    assert job.status == JobStatus.SKIPPED
+    assert "left state 'auto-passed-state'" in job.last_error
 
     instance = api.detail(passed)
     assert instance["metadata"]["currentState"] == "pre-complete-state"

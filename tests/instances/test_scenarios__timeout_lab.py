@@ -163,8 +163,12 @@ def test_the_timeout_takes_over_an_instance_busy_with_an_accepted_transition(api
 
     outcome = jobs_run_due()
 
-    # The timeout took Busy over; the accepted transition then found its reservation gone.
-    assert outcome == {"succeeded": 2}
+    # The timeout took Busy over; the accepted transition then found its reservation gone and
+    # ended `skipped`, saying so.
+    assert outcome == {"succeeded": 1, "skipped": 1}
+    transition_job = Job.objects.get(instance_id=instance_id, kind="transition")
+    assert transition_job.status == "skipped"
+    assert "no longer reserved for this job" in transition_job.last_error
     row = Instance.objects.get(pk=instance_id)
     assert (row.status, row.current_state, row.busy_owner) == ("C", "root-timedout", "")
     metadata = api.detail(instance_id)["metadata"]

@@ -36,6 +36,8 @@ class TaskFailure(Exception):
         self.code = code
         self.message = message
         self.response = response
+        # The task that failed, set by the task runner (an incident names it).
+        self.task_key = ""
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from instances.jobs import ReplayRefused, job_replay
+from instances.jobs import REPLAYED, job_replay
 from instances.management.commands._job_filters import add_filters, selected_jobs
 
 
@@ -15,8 +15,9 @@ class Command(BaseCommand):
     """Replay jobs by id, instance, kind, status or time range."""
 
     help = (
-        "Replay jobs. Succeeded jobs are refused unless --force; --dry-run prints what would run. "
-        "Exit code 1 when a named job does not exist or anything was refused."
+        "Replay jobs. Each is reported as replayed, refused (why) or no effect (why). Succeeded "
+        "timers are refused unless --force; --dry-run prints what would run. Exit code 1 when a "
+        "named job does not exist or any job was not replayed."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -42,15 +43,22 @@ class Command(BaseCommand):
                 self.stdout.write(f"would replay job {job.pk} ({job.kind}, {job.status})")
             self.stdout.write(f"{len(jobs)} job(s) selected; nothing changed (--dry-run)")
             return
-        refused = []
+        results = []
         quiet = options["no_progress"] or options["verbosity"] == 0
         for job in tqdm(jobs, desc="replaying", disable=quiet):
-            try:
+            results.append(
                 job_replay(job=job, force=options["force"], operator=options["operator"])
-            except ReplayRefused as exc:
-                refused.append(str(exc))
-        for reason in refused:
-            self.stderr.write(self.style.WARNING(f"refused: {reason}"))
-        self.stdout.write(f"{len(jobs) - len(refused)} replayed, {len(refused)} refused")
-        if refused:
-            raise CommandError("some jobs were refused", returncode=1)
+            )
+        counts = {"replayed": 0, "refused": 0, "no effect": 0}
+        for result in results:
+            counts[result.outcome] += 1
+            if result.outcome == REPLAYED:
+                self.stdout.write(str(result))
+            else:
+                self.stderr.write(self.style.WARNING(str(result)))
+        self.stdout.write(
+            f"{counts['replayed']} replayed, {counts['refused']} refused, "
+            f"{counts['no effect']} with no effect"
+        )
+        if counts["replayed"] != len(results):
+            raise CommandError("some jobs were not replayed", returncode=1)
