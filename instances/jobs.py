@@ -598,12 +598,14 @@ def _resume_if_partially_committed(
 ) -> None:
     # An earlier claim of this job may have committed ChangeState before it died: resume with
     # the steps after it instead of running the transition again.
+    # The attempt row is committed at step 20 with no target yet; ChangeState (step 50) commits
+    # the target with the new state, so a target equal to the current state means it happened.
     row = InstanceTransition.objects.filter(id=uuid.uuid5(row_seed, "0")).first()
     if (
         row is not None
         and row.status == TransitionStatus.RUNNING
+        and row.to_state
         and row.to_state == instance.current_state
-        and row.from_state != instance.current_state
     ):
         request.resume_at = Order.ON_ENTRY
         request.resume_from_state = row.from_state or None

@@ -158,6 +158,8 @@ class Hop:
     next_transition: TransitionDef | None = None
     completed: bool = False
     executed: list[Order] = field(default_factory=list)
+    # The attempt row is in the database (steps 19/20 committed it).
+    row_committed: bool = False
 
     @property
     def transition(self) -> TransitionDef:
@@ -185,6 +187,8 @@ class Execution:
         self.holds_busy = False
         self.lock_free = False
         self.loaded_state_version = instance.state_version
+        # The state the database holds (the in-memory one runs ahead until a flush).
+        self.committed_state = instance.current_state
         self.writes = PendingWrites()
         self.committed = False
         self.task_responses: dict[str, Any] = {}
@@ -298,6 +302,7 @@ class Execution:
         self.instance.entity_etag = committed.entity_etag
         self.instance.state_version = committed.state_version
         self.instance.status = committed.status
+        self.committed_state = self.instance.current_state
         self.loaded_state_version = committed.state_version
         self.writes = PendingWrites()
         self.is_new = False
@@ -362,16 +367,13 @@ class Execution:
             attempt=hop.request.attempt,
         )
         if isinstance(exc, StoreRefused):
-            # Keep nothing of what the database refused: only the fault itself.
-            self.writes = PendingWrites()
-            row.body = {}
+            self._drop_refused_writes(row, incident)
         self._stage_fault(row, incident)
         try:
             self.flush()
         except StoreRefused:
-            self.writes = PendingWrites()
-            row.body, incident.message = {}, _printable(incident.message)
-            row.error_message = incident.message
+            self._drop_refused_writes(row, incident)
+            incident.message = row.error_message = _printable(incident.message)
             self._stage_fault(row, incident)
             self._flush_fault()
         except Rejected:
@@ -384,6 +386,13 @@ class Execution:
         self.holds_busy = False
         logger.info("instance %s faulted: %s %s", self.instance.id, code, message)
         raise PipelineFault(code, message, http_status, self.instance.id)
+
+    def _drop_refused_writes(self, row: TransitionRow, incident: IncidentRow) -> None:
+        # Keep nothing of what the database refused, only the fault itself, in the state the
+        # database last saw (a ChangeState still pending was refused with the rest).
+        self.writes = PendingWrites()
+        row.body = {}
+        self.instance.current_state = incident.state = self.committed_state
 
     def _stage_fault(self, row: TransitionRow, incident: IncidentRow) -> None:
         self.writes.transitions[row.id] = row

@@ -163,19 +163,30 @@ class SetBusyStep(Step):
 
         if hop.transition.kind in BUSY_EXEMPT and not execution.is_new:
             execution.take_over_busy()
-        elif _hop_does_io(execution, hop):
+        elif _hop_does_io(execution, hop) and not execution.holds_busy:
+            # The attempt row (step 20) goes with the Busy compare-and-set: one transaction.
+            row = execution.transition_row(hop)
+            execution.writes.transitions[row.id] = row
             execution.ensure_busy()
+            hop.row_committed = True
         return Outcome.proceed()
 
 
 class CreateTransitionStep(Step):
-    """20: record the attempt (`running`); it is committed with the next flush."""
+    """20: record the attempt (`running`). A hop that holds Busy commits it now, so history shows
+    the running transition while its I/O runs; a hop without I/O commits it with everything
+    else at the end."""
 
     order = Order.CREATE_TRANSITION
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         row: TransitionRow = execution.transition_row(hop)
+        if hop.row_committed:
+            return Outcome.proceed()
         execution.writes.transitions[row.id] = row
+        if execution.holds_busy and not execution.lock_free:
+            execution.flush()
+            hop.row_committed = True
         return Outcome.proceed()
 
 
@@ -339,6 +350,13 @@ class ChangeStateStep(Step):
             modified_by=hop.request.actor,
         )
         execution.writes.bump_state_version = True
+        if execution.holds_busy and (state.on_entries or state.state_type == StateType.SUBFLOW):
+            # Seed 000's commit point: the new state (still Busy) is durable before OnEntry's
+            # I/O. Readers see it; a run that dies in OnEntry resumes there, never re-running
+            # OnExecute or OnExit.
+            row = execution.transition_row(hop)
+            execution.writes.transitions[row.id] = row
+            execution.flush()
         return Outcome.proceed()
 
 

@@ -1,14 +1,21 @@
-"""A loopback HTTP server for HTTP-task tests: `/ok`, `/slow?ms=N`, `/status/N`, `/echo`."""
+"""A loopback HTTP server for HTTP-task tests: `/ok`, `/slow?ms=N`, `/status/N`, `/echo`,
+`/nul` (a JSON text PostgreSQL cannot store), `/counted/NAME` (counts its calls) and
+`/count/NAME` (how many so far)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
+
+
+_COUNTS: Counter[str] = Counter()
+_COUNT_LOCK = threading.Lock()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -29,6 +36,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, {"slow": True})
         elif url.path.startswith("/status/"):
             self._answer(int(url.path.rsplit("/", 1)[1]), {"error": "as asked"})
+        elif url.path == "/nul":
+            self._answer(200, {"text": "a\u0000b"})
+        elif url.path.startswith("/counted/"):
+            with _COUNT_LOCK:
+                _COUNTS[url.path.rsplit("/", 1)[1]] += 1
+            self._answer(200, {"counted": True})
+        elif url.path.startswith("/count/"):
+            self._answer(200, {"count": _COUNTS[url.path.rsplit("/", 1)[1]]})
         elif url.path == "/echo":
             self._answer(
                 200,

@@ -16,7 +16,8 @@ from instances.jobs import instances_reap_stranded_busy, job_replay, jobs_run_du
 from instances.models import Incident, Instance, Job
 from locks.models import ResourceLock
 from tests.engine.builders import script, state, task_ref, transition, workflow
-from tests.instances.workflows import CANCEL, publish
+from tests.instances.http_server import http_server
+from tests.instances.workflows import CANCEL, http_ref, http_task, publish
 
 pytestmark = pytest.mark.django_db
 BASE = "/api/v1/core/workflows/breakable/instances"
@@ -171,16 +172,35 @@ def test_the_reaper_faults_like_a_run_locks_released_and_timers_cancelled(
     assert (incident.error_code, incident.state) == ("Instance:StrandedBusy", "waiting")
 
 
-def test_a_write_the_database_refuses_after_busy_faults_at_once(operator_client, started):
-    # The body is merged into the data; PostgreSQL refuses the NUL character when the run
-    # commits, after Busy was taken for the task.
-    response = fire(operator_client, started, "slow-ok", {"note": "a\u0000b"})
+def test_a_write_the_database_refuses_after_busy_faults_at_once(operator_client):
+    # The HTTP task's answer holds a NUL character: Busy was taken for the task, and PostgreSQL
+    # refuses the answer's journal row when the run commits.
+    with http_server() as base_url:
+        document = breakable()
+        document["attributes"]["states"][0]["transitions"].append(
+            transition("fetch", "done", onExecutionTasks=[http_ref("nul-call")])
+        )
+        publish(http_task("nul-call", f"{base_url}/nul"), document)
+        started = operator_client.post(f"{BASE}/start?sync=true", {}, format="json").json()["id"]
+
+        response = fire(operator_client, started, "fetch")
 
     assert (response.status_code, response.json()["errorCode"]) == (400, "Instance:DataRefused")
     row = Instance.objects.get(pk=started)
     assert (row.status, row.busy_owner, row.current_state) == ("F", "", "waiting")
-    assert "note" not in row.data
     assert Incident.objects.get(instance_id=started).error_code == "Instance:DataRefused"
+    assert Job.objects.get(instance_id=started, kind="timer").status == "cancelled"
+
+
+def test_a_body_the_database_refuses_is_a_clean_400_before_any_io(operator_client, started):
+    before = Instance.objects.get(pk=started)
+
+    response = fire(operator_client, started, "slow-ok", {"note": "a\u0000b"})
+
+    assert (response.status_code, response.json()["errorCode"]) == (400, "Instance:DataRefused")
+    row = Instance.objects.get(pk=started)
+    assert (row.status, row.current_state, row.etag) == ("A", "waiting", before.etag)
+    assert not Incident.objects.filter(instance_id=started).exists()
 
 
 def test_a_refused_write_without_io_is_a_clean_400_with_nothing_written(operator_client, started):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from django.db import connection
@@ -212,4 +213,52 @@ def test_a_worker_killed_mid_pipeline_is_rerun_after_its_lease(operator_client, 
     assert (row.status, row.current_state, row.busy_owner) == ("A", "pong", "")
     history = InstanceTransition.objects.filter(instance_id=instance_id, transition_key="to-pong")
     assert history.count() == 1
+    assert Job.objects.get(pk=job.pk).attempts == 2
+
+
+def test_a_worker_killed_in_on_entry_resumes_there_and_never_reruns_on_execute(
+    operator_client, worker
+):
+    # Seed 000's commit points: the attempt row (step 20) and the new state (step 50) are
+    # committed before OnEntry's slow call, so a reader sees them while it runs, and the re-run
+    # after a SIGKILL resumes at OnEntry: OnExecute's call is made exactly once.
+    with http_server() as base_url:
+        document = ping_pong()
+        ping, pong = document["attributes"]["states"][0], document["attributes"]["states"][1]
+        ping["transitions"][0]["onExecutionTasks"] = [http_ref("count-execute")]
+        pong["onEntries"] = [http_ref("slow-entry")]
+        publish(
+            http_task("count-execute", f"{base_url}/counted/execute-{os.getpid()}"),
+            http_task("slow-entry", f"{base_url}/slow?ms=2500"),
+            document,
+        )
+        base = BASE.format("ping-pong")
+        started = operator_client.post(f"{base}/start?sync=true", {}, format="json")
+        instance_id = started.json()["id"]
+        accepted = operator_client.patch(
+            f"{base}/{instance_id}/transitions/to-pong", {}, format="json"
+        )
+        assert accepted.status_code == 202
+        job = Job.objects.get(instance_id=instance_id, kind="transition")
+
+        seen = wait_for(
+            lambda: (row := instance(instance_id)).current_state == "pong" and row.status == "B",
+            what="a reader to see the target state while OnEntry runs",
+        )
+        assert seen
+        running = InstanceTransition.objects.get(instance_id=instance_id, transition_key="to-pong")
+        assert (running.status, running.to_state) == ("running", "pong")
+        worker.kill()
+
+        worker.start()
+        time.sleep(LEASE_SECONDS + 0.5)
+        assert jobs_dispatch_due() >= 1
+        wait_for(lambda: Job.objects.get(pk=job.pk).status == "succeeded", 30, "the re-run")
+        calls = httpx.get(f"{base_url}/count/execute-{os.getpid()}").json()["count"]
+
+    assert calls == 1
+    row = instance(instance_id)
+    assert (row.status, row.current_state, row.busy_owner) == ("A", "pong", "")
+    history = InstanceTransition.objects.filter(instance_id=instance_id, transition_key="to-pong")
+    assert [(h.status, h.to_state) for h in history] == [("completed", "pong")]
     assert Job.objects.get(pk=job.pk).attempts == 2
