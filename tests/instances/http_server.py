@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-
 _COUNTS: Counter[str] = Counter()
 _COUNT_LOCK = threading.Lock()
 
