@@ -1,18 +1,27 @@
-"""The one DRF exception handler: every error becomes an RFC 7807 body with a public `errorCode`."""
+"""The one DRF exception handler: every error becomes an RFC 7807 body with a public `errorCode`,
+served as `application/problem+json`; and the view that answers every unmatched `/api/v1` path."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest
 from rest_framework import exceptions, status
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from instances.engine.errors import Codes, ErrorCode, Violation, VNextError
 
 logger = logging.getLogger("vnext.api")
+
+PROBLEM_JSON = "application/problem+json"
 
 _DRF_CODES: list[tuple[type[exceptions.APIException], ErrorCode]] = [
     (exceptions.ParseError, Codes.APP_INVALID_REQUEST),
@@ -62,11 +71,12 @@ def _flatten(detail: Any, path: tuple[str, ...] = ()) -> list[Violation]:
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Turn `VNextError`, DRF and Django exceptions into the error body; never a stack trace."""
+    request = context.get("request")
     if isinstance(exc, VNextError):
         body = problem_body(
             exc.error, exc.detail, violations=exc.violations, instance_id=exc.instance_id
         )
-        return Response(body, status=exc.http_status)
+        return _problem(body, exc.http_status, request)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, PermissionDenied):
@@ -77,7 +87,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         violations = _flatten(detail) if isinstance(detail, dict | list) else []
         text = "Request body is invalid." if violations else str(detail)
         body = problem_body(error, text, http_status=exc.status_code, violations=violations)
-        response = Response(body, status=exc.status_code)
+        response = _problem(body, exc.status_code, request)
         wait = getattr(exc, "wait", None)
         if isinstance(exc, exceptions.Throttled) and wait:
             response["Retry-After"] = str(int(wait))
@@ -88,4 +98,50 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         return response
     logger.exception("unhandled error in %s", context.get("view"))
     body = problem_body(Codes.APP_INTERNAL, "Internal error; it has been logged.")
-    return Response(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    return _problem(body, status.HTTP_500_INTERNAL_SERVER_ERROR, request)
+
+
+def _problem(body: dict[str, Any], http_status: int, request: Any) -> Response:
+    """The error response: `application/problem+json` when it is rendered as JSON (the browsable
+    API keeps its HTML page for a browser that asked for one)."""
+    response = Response(body, status=http_status)
+    renderer = getattr(request, "accepted_renderer", None)
+    if renderer is None or isinstance(renderer, JSONRenderer):
+        response.content_type = PROBLEM_JSON
+    return response
+
+
+class _AlwaysJson(BaseContentNegotiation):
+    """Whatever the Accept header says, the answer is the JSON error body."""
+
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return JSONRenderer(), JSONRenderer.media_type
+
+    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser | None:
+        return None
+
+
+class ApiNotFoundView(APIView):
+    """Every path under `/api/v1` that no route matches, whatever the method: 404 `App:900004`
+    as `application/problem+json`. Anyone may learn that a path does not exist."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = _AlwaysJson
+    schema = None  # not an endpoint: left out of the OpenAPI schema
+
+    @property
+    def default_response_headers(self) -> dict[str, str]:
+        """No `Allow` header: no method is allowed on a path that does not exist."""
+        return {}
+
+    def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Response:
+        """Every method lands here (no handler is defined): the path does not exist."""
+        raise VNextError(Codes.APP_NOT_FOUND, f"no API endpoint at {request.path}")
+
+    def options(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Response:
+        """OPTIONS too: there is nothing here to describe."""
+        return self.http_method_not_allowed(request, *args, **kwargs)

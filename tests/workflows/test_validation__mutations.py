@@ -1,6 +1,7 @@
 """A corpus of invalid definitions: each mutation of a valid document is rejected with the right
 JSON pointer, and nothing crashes. The base documents come from the conformance corpus with Python
-scripts supplied, so each mutation's violations are exactly the ones it introduced."""
+scripts supplied, so each mutation's violations are exactly the ones it introduced (beside the uses
+of features this version does not execute, which some bases carry)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ PAYLOAD = "Workflows/payload-modes/payload-modes.json"
 MANAGEMENT = "Workflows/instance-management/instance-management-test-workflow.json"
 FAN_OUT = "Tasks/fan-out-config-matrix/fanout-case-join-quorum-task.json"
 SCHEMA = "Schemas/payload-modes/payload-modes-input.json"
+UNSUPPORTED = " is not supported by this version"
 
 AUTO_ADVANCE = ("attributes", "states", 0, "transitions", 0)  # in schedule-after-auto
 GATE_TIMEOUT = ("attributes", "states", 0, "transitions", 1)
@@ -451,8 +453,11 @@ def resolver() -> DictResolver:
 
 
 @pytest.mark.parametrize("base", sorted({m.base for m in MUTATIONS}))
-def test_every_base_document_is_valid(base):
-    assert validate_component(copy.deepcopy(DOCS[base]), resolver()) == []
+def test_every_base_document_is_valid_but_for_unsupported_features(base):
+    # Some bases use features this version refuses (roles, events, a subflow, a fan-out task):
+    # the rules checked here still apply to them, and those uses are reported on their own.
+    violations = validate_component(copy.deepcopy(DOCS[base]), resolver())
+    assert [v for v in violations if not v.message.endswith(UNSUPPORTED)] == []
 
 
 def test_the_mutation_corpus_is_large_enough():

@@ -1,4 +1,5 @@
-"""Validation of component documents: JSON Schema (structural), then semantic and script checks."""
+"""Validation of component documents: JSON Schema (structural), then semantic and script checks,
+then the features this version does not execute (`unsupported.UNSUPPORTED`, one table)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from workflows.documents import detect_kind
 from workflows.validation.scripts import Resolver, script_violations
 from workflows.validation.semantic import semantic_violations
 from workflows.validation.structural import structural_violations
+from workflows.validation.unsupported import unsupported_violations
 
 
 def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
-    """Every violation of a component document: structural, semantic and script checks at once.
+    """Every violation of a component document: structural, semantic and script checks, and
+    every use of a feature this version does not execute, at once.
 
-    A semantic finding replaces a structural one at the same pointer (it says more).
+    A semantic finding replaces a structural one at the same pointer (it says more); an
+    unsupported feature is reported beside whatever else is wrong there.
     """
     kind = detect_kind(document)
     if kind is None:
@@ -30,5 +34,6 @@ def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
     specific += script_violations(document, kind, resolver)
     pointers = {violation.pointer for violation in specific}
     merged = [v for v in structural if v.pointer not in pointers] + specific
+    merged += unsupported_violations(document, kind, resolver)
     unique = dict.fromkeys(merged)
     return sorted(unique, key=lambda violation: violation.pointer)
