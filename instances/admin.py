@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from instances.jobs import REPLAYED, job_replay
+from instances.job_handlers import REPLAYED, job_replay
 from instances.models import Incident, Instance, InstanceTask, InstanceTransition, Job
 
 

@@ -2,6 +2,9 @@
 
 from django.apps import AppConfig
 
+from instances.engine.script_pool import configure_pool
+from vnext.conf import script_pool_settings
+
 
 class InstancesConfig(AppConfig):
     """Instances, transitions, task journal, jobs and the engine."""
@@ -13,7 +16,4 @@ class InstancesConfig(AppConfig):
     def ready(self) -> None:
         """Configure the script worker pool (started on first use, or by `vnext_run` and the
         Celery worker at start-up)."""
-        from instances.engine.script_pool import configure_pool
-        from vnext.conf import script_pool_settings
-
         configure_pool(script_pool_settings())

@@ -15,6 +15,7 @@ from instances.status import (
     JobStatus,
     TaskStatus,
     TransitionStatus,
+    choices,
 )
 
 
@@ -28,7 +29,7 @@ class Instance(models.Model):
     # NULL, not "": the unique constraint on live business keys ignores instances without one.
     key = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
     status = models.CharField(
-        max_length=1, choices=InstanceStatus.choices, default=InstanceStatus.ACTIVE
+        max_length=1, choices=choices(InstanceStatus), default=InstanceStatus.ACTIVE
     )
     current_state = models.CharField(max_length=200)
     effective_state = models.CharField(max_length=200)
@@ -95,7 +96,7 @@ class InstanceTransition(models.Model):
     trigger_type = models.PositiveSmallIntegerField()
     body = models.JSONField(default=dict, blank=True)
     actor = models.CharField(max_length=150, blank=True)
-    status = models.CharField(max_length=12, choices=TransitionStatus.choices)
+    status = models.CharField(max_length=12, choices=choices(TransitionStatus))
     error_code = models.CharField(max_length=100, blank=True)
     error_message = models.TextField(blank=True)
     effective_state = models.CharField(max_length=200, blank=True)
@@ -147,7 +148,7 @@ class InstanceTask(models.Model):
     task_key = models.CharField(max_length=250)
     phase = models.CharField(max_length=20)  # onExecute | onExit | onEntry
     order = models.PositiveIntegerField(default=1)
-    status = models.CharField(max_length=12, choices=TaskStatus.choices)
+    status = models.CharField(max_length=12, choices=choices(TaskStatus))
     attempts = models.PositiveSmallIntegerField(default=1)
     response = models.JSONField(null=True, blank=True)
     error_code = models.CharField(max_length=100, blank=True)
@@ -211,7 +212,7 @@ class Correlation(models.Model):
     )
     type = models.CharField(max_length=1, choices=Type.choices)
     status = models.CharField(
-        max_length=12, choices=CorrelationStatus.choices, default=CorrelationStatus.ACTIVE
+        max_length=12, choices=choices(CorrelationStatus), default=CorrelationStatus.ACTIVE
     )
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -235,7 +236,7 @@ class Job(models.Model):
     state = models.CharField(max_length=200, blank=True)  # the state a timer belongs to
     payload = models.JSONField(default=dict, blank=True)
     run_at = models.DateTimeField(default=timezone.now)
-    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
+    status = models.CharField(max_length=20, choices=choices(JobStatus), default=JobStatus.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     lease_owner = models.CharField(max_length=64, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)

@@ -31,6 +31,7 @@ from instances.engine.records import (
     deep_merge,
     new_etag,
 )
+from instances.filters import parse_filter
 from instances.models import (
     Incident,
     Instance,
@@ -39,6 +40,7 @@ from instances.models import (
     InstanceTransition,
     Job,
 )
+from instances.queue import jobs_dispatch
 from instances.status import InstanceStatus, JobStatus
 from locks.models import ResourceLock
 from workflows.documents import ComponentKind, ComponentRef
@@ -363,8 +365,6 @@ class OrmStore:
                 Job(instance_id=instance_id, **vars(job)) for job in writes.jobs
             )
             # Handed to the job runner once (and only if) this transaction commits.
-            from instances.jobs import jobs_dispatch
-
             jobs = [(job.pk, job.run_at) for job in created]
             transaction.on_commit(lambda: jobs_dispatch(jobs))
 
@@ -502,8 +502,6 @@ class OrmInstanceReader:
         self, domain: str, workflow: str, *, filter_text: str | None, page: int, page_size: int
     ) -> list[dict[str, Any]]:
         """A page of instances, newest first."""
-        from instances.filters import parse_filter
-
         queryset = Instance.objects.filter(domain=domain, workflow_key=workflow)
         queryset = queryset.filter(parse_filter(filter_text)).order_by("-created_at", "-id")
         start = (max(page, 1) - 1) * page_size

@@ -14,8 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 from django.db import connections
 from django.utils import timezone
 
+from instances.job_handlers import instances_reap_stranded_busy, job_execute
 from instances.models import Job
+from instances.queue import (
+    jobs_claim_due,
+    jobs_complete_succeeded,
+    jobs_fail_expired_leases,
+    jobs_prune_finished,
+    register_waker,
+)
 from instances.status import JobStatus
+from locks.services import locks_sweep_expired
 from vnext.conf import vnext_setting
 
 logger = logging.getLogger("vnext.runner")
@@ -66,16 +75,12 @@ class EmbeddedJobRunner(threading.Thread):
         connections.close_all()
 
     def _record_successes(self) -> None:
-        from instances.jobs import jobs_complete_succeeded
-
         with self._lock:
             done, self.succeeded = self.succeeded, []
         # One statement records a batch of successes, each fenced by its claim token.
         jobs_complete_succeeded(done)
 
     def _claim_and_submit(self) -> None:
-        from instances.jobs import jobs_claim_due
-
         with self._lock:
             free = self.capacity - len(self.in_flight)
         if free <= 0:
@@ -87,8 +92,6 @@ class EmbeddedJobRunner(threading.Thread):
             self.pool.submit(self._run_one, job)
 
     def _run_one(self, job: Job) -> None:
-        from instances.jobs import job_execute
-
         # Pool threads keep their connection between jobs (close_old_connections would close
         # it every time with CONN_MAX_AGE=0); after an error it is replaced.
         try:
@@ -118,13 +121,6 @@ class EmbeddedJobRunner(threading.Thread):
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
-        from instances.jobs import (
-            instances_reap_stranded_busy,
-            jobs_fail_expired_leases,
-            jobs_prune_finished,
-        )
-        from locks.services import locks_sweep_expired
-
         # A job whose lease expired on its last attempt is never claimed again: fail it here.
         jobs_fail_expired_leases()
         instances_reap_stranded_busy()
@@ -138,6 +134,7 @@ def start_embedded_runner() -> EmbeddedJobRunner:
     if _runner is None or not _runner.is_alive():
         _runner = EmbeddedJobRunner()
         _runner.start()
+        register_waker(wake_embedded_runner)
     return _runner
 
 

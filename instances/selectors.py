@@ -14,8 +14,8 @@ from instances.engine.errors import Codes, VNextError
 from instances.engine.records import InstanceSnapshot
 from instances.filters import parse_filter, parse_page, parse_sort
 from instances.models import Incident, Instance, InstanceTransition, Job
-from instances.services import engine
-from instances.status import InstanceStatus, JobStatus, StateType, TriggerType
+from instances.status import InstanceStatus, JobKind, JobStatus, StateType, Trigger
+from instances.wiring import engine
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def state_function(
     live = instance.status != InstanceStatus.COMPLETED
     faulted = instance.status == InstanceStatus.FAULTED
     for transition in definition.available_transitions(instance.current_state) if live else []:
-        if transition.trigger_type != TriggerType.MANUAL:
+        if transition.trigger_type != Trigger.MANUAL:
             continue
         if faulted and transition.kind not in (TransitionKind.CANCEL, TransitionKind.EXIT):
             continue  # a faulted instance runs nothing else until it is retried
@@ -151,7 +151,7 @@ def state_function(
             entry["kind"] = kind
         transitions.append(entry)
     timers = Job.objects.filter(
-        instance_id=instance.id, kind="timer", status=JobStatus.PENDING
+        instance_id=instance.id, kind=JobKind.TIMER, status=JobStatus.PENDING
     ).order_by("run_at")
     for job in timers:
         key = str(job.payload.get("transition", ""))
@@ -181,7 +181,7 @@ def state_function(
         "eTag": instance.etag,
     }
     deadline = (
-        Job.objects.filter(instance_id=instance.id, kind="timeout", status=JobStatus.PENDING)
+        Job.objects.filter(instance_id=instance.id, kind=JobKind.TIMEOUT, status=JobStatus.PENDING)
         .values_list("run_at", flat=True)
         .first()
     )
@@ -222,7 +222,7 @@ def view_function(
     transition = _transition_for_function(definition, instance, transition_key)
     state = definition.states.get(instance.current_state)
     if transition is None and state is not None and state.state_type == StateType.WIZARD:
-        manual = [t for t in state.transitions if t.trigger_type == TriggerType.MANUAL]
+        manual = [t for t in state.transitions if t.trigger_type == Trigger.MANUAL]
         transition = manual[0] if manual else None
     holder = (transition.raw.get("view") if transition else None) or (
         state.raw.get("view") if state else None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -15,40 +14,19 @@ from django.utils import timezone
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, VNextError
+from instances.engine.outcomes import BUSY_EXEMPT
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.pipeline import (
-    BUSY_EXEMPT,
-    Engine,
-    EngineConfig,
-    Execution,
-    TransitionRequest,
-)
+from instances.engine.pipeline import Execution, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
-from instances.engine.profiles import Trigger
 from instances.engine.records import InstanceSnapshot, new_etag
 from instances.models import Instance, Job
 from instances.orm_store import (
-    OrmInstanceReader,
     OrmStore,
-    RegistryComponents,
     snapshot_of,
 )
-from instances.status import InstanceStatus, TriggerType
-from locks.store import OrmLocks
-from vnext.conf import vnext_setting
-
-
-@cache
-def engine() -> Engine:
-    """The process-wide engine on the ORM (components cached in-process)."""
-    config = EngineConfig(script_timeout_seconds=float(vnext_setting("SCRIPT_TIMEOUT_SECONDS")))
-    return Engine(
-        OrmStore(),
-        RegistryComponents(),
-        reader=OrmInstanceReader(),
-        locks=OrmLocks(),
-        config=config,
-    )
+from instances.queue import job_enqueue, jobs_dispatch
+from instances.status import InstanceStatus, JobKind, Trigger
+from instances.wiring import engine
 
 
 @dataclass(frozen=True)
@@ -192,8 +170,6 @@ def instance_start_accept(
 ) -> InstanceOutcome:
     """`sync=false` start: validate, then in one transaction insert the instance (Busy, reserved
     for its job) and the job that runs the start pipeline; answer right away."""
-    from instances.jobs import TRANSITION, job_enqueue
-
     definition = workflow_definition(domain, workflow, version)
     payload = _checked_payload(definition, definition.start, body, info)
     if payload.key:
@@ -225,7 +201,7 @@ def instance_start_accept(
                 updated_at=now,
             )
             job_enqueue(
-                kind=TRANSITION,
+                kind=JobKind.TRANSITION,
                 instance_id=row.pk,
                 payload=_job_payload(
                     definition.start, payload, body, info, start=True, reservation=reservation
@@ -252,8 +228,6 @@ def instance_transition_accept(
 
     The admission CAS and the job row commit together; cancel/exit take Busy over, updateData
     takes no lock at all."""
-    from instances.jobs import TRANSITION, job_enqueue
-
     instance, _, transition, payload = _admissible(
         domain, workflow, ref, transition_key, body, info
     )
@@ -264,7 +238,7 @@ def instance_transition_accept(
     if transition.is_update_data:
         job_payload["lockFree"] = True
         with transaction.atomic():
-            job_enqueue(kind=TRANSITION, instance_id=instance.id, payload=job_payload)
+            job_enqueue(kind=JobKind.TRANSITION, instance_id=instance.id, payload=job_payload)
         return InstanceOutcome(instance, created=False)
     statuses: list[str] = [InstanceStatus.ACTIVE]
     if transition.kind in BUSY_EXEMPT:
@@ -305,8 +279,6 @@ RETURNING id, run_at
 def _reserve_with_job(
     instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
 ) -> bool:
-    from instances.jobs import TRANSITION, job_enqueue, jobs_dispatch
-
     if connection.vendor != "postgresql":
         with transaction.atomic():
             reserved = Instance.objects.filter(pk=instance_id, status__in=statuses).update(
@@ -316,7 +288,7 @@ def _reserve_with_job(
                 etag=new_etag(),
             )
             if reserved:
-                job_enqueue(kind=TRANSITION, instance_id=instance_id, payload=payload)
+                job_enqueue(kind=JobKind.TRANSITION, instance_id=instance_id, payload=payload)
         return bool(reserved)
     params: dict[str, Any] = {
         "id": instance_id,
@@ -324,7 +296,7 @@ def _reserve_with_job(
         "reservation": reservation,
         "now": timezone.now(),
         "etag": new_etag(),
-        "kind": TRANSITION,
+        "kind": JobKind.TRANSITION,
         "payload": json.dumps(payload, cls=DjangoJSONEncoder),
     }
     with connection.cursor() as cursor:
@@ -370,13 +342,13 @@ def _client_transition(
             f"transition {key!r} is not available in state {instance.current_state!r}",
             instance_id=str(instance.id),
         )
-    if transition.trigger_type == TriggerType.EVENT:
+    if transition.trigger_type == Trigger.EVENT:
         raise VNextError(
             Codes.NOT_AN_EVENT_TRANSITION,
             f"transition {key!r} is triggered by events only",
             instance_id=str(instance.id),
         )
-    if transition.trigger_type != TriggerType.MANUAL or transition.kind == TransitionKind.START:
+    if transition.trigger_type != Trigger.MANUAL or transition.kind == TransitionKind.START:
         raise VNextError(
             Codes.TRANSITION_NOT_AVAILABLE,
             f"transition {key!r} is not triggered by clients (triggerType "

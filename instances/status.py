@@ -1,13 +1,47 @@
-"""The status vocabulary: instance, transition, task, job and correlation statuses, in one place.
+"""The vocabulary: instance, transition, task, job and correlation statuses, state types,
+triggers and job kinds, each defined once.
 
-Read by the engine, the ORM store, the admin and the tests. Every status write in SQL is guarded by
-the status it expects to replace (compare-and-set).
+Plain Python enums (the engine imports them and stays free of Django); models take their
+`choices(...)`. Every status write in SQL is guarded by the status it expects to replace
+(compare-and-set).
 """
 
-from django.db import models
+from __future__ import annotations
+
+from enum import Enum, IntEnum, StrEnum
+from typing import Any
 
 
-class InstanceStatus(models.TextChoices):
+class TextChoices(StrEnum):
+    """A string enum whose members are declared `NAME = "value", "Label"`."""
+
+    label: str
+
+    def __new__(cls, value: str, label: str) -> TextChoices:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.label = label
+        return member
+
+
+class IntegerChoices(IntEnum):
+    """An integer enum whose members are declared `NAME = value, "Label"`."""
+
+    label: str
+
+    def __new__(cls, value: int, label: str) -> IntegerChoices:
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member.label = label
+        return member
+
+
+def choices(enum: type[Enum]) -> list[tuple[Any, str]]:
+    """`(value, label)` pairs for a model field's `choices`."""
+    return [(member.value, getattr(member, "label", member.name)) for member in enum]
+
+
+class InstanceStatus(TextChoices):
     """One letter per instance status (DESIGN section 5)."""
 
     ACTIVE = "A", "Active"  # waiting for input; accepts a transition
@@ -21,7 +55,7 @@ class InstanceStatus(models.TextChoices):
 TERMINAL_STATUSES = frozenset({InstanceStatus.COMPLETED})
 
 
-class StateType(models.IntegerChoices):
+class StateType(IntegerChoices):
     """`stateType` of a state definition (seed 001)."""
 
     INITIAL = 1, "Initial"
@@ -46,16 +80,26 @@ STATE_SUBTYPE_NAMES = {
 STATE_TYPE_NAMES = {1: "initial", 2: "intermediate", 3: "final", 4: "subflow", 5: "wizard"}
 
 
-class TriggerType(models.IntegerChoices):
-    """`triggerType` of a transition; the inbound trigger also picks the pipeline profile."""
+class Trigger(IntegerChoices):
+    """`triggerType` of a transition, and the inbound trigger of a pipeline run (it picks the
+    profile; an error-boundary run is triggered by the boundary)."""
 
     MANUAL = 0, "Manual"
     AUTOMATIC = 1, "Automatic"
     SCHEDULED = 2, "Scheduled"
     EVENT = 3, "Event"
+    ERROR_BOUNDARY = 9, "Error boundary"
 
 
-class TransitionStatus(models.TextChoices):
+class JobKind(TextChoices):
+    """What a `Job` row does."""
+
+    TRANSITION = "transition", "Transition"  # an accepted async start or transition
+    TIMER = "timer", "Timer"  # a state's scheduled transition
+    TIMEOUT = "timeout", "Workflow timeout"
+
+
+class TransitionStatus(TextChoices):
     """An `InstanceTransition` row: one attempt to run a transition."""
 
     RUNNING = "running", "Running"  # admitted, pipeline in progress
@@ -63,14 +107,14 @@ class TransitionStatus(models.TextChoices):
     FAULTED = "faulted", "Faulted"  # a step failed; error code and message say why
 
 
-class TaskStatus(models.TextChoices):
+class TaskStatus(TextChoices):
     """An `InstanceTask` journal row."""
 
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
 
 
-class JobStatus(models.TextChoices):
+class JobStatus(TextChoices):
     """A `Job` row of the durable queue (claimed by CAS pending -> running with a lease)."""
 
     PENDING = "pending", "Pending"  # waiting for run_at and a worker
@@ -84,7 +128,7 @@ class JobStatus(models.TextChoices):
     INSTANCE_FAULTED = "instance_faulted", "Faulted its instance"
 
 
-class CorrelationStatus(models.TextChoices):
+class CorrelationStatus(TextChoices):
     """A parent/child `Correlation` (subflow S, subprocess P)."""
 
     ACTIVE = "active", "Active"  # the child runs; an S parent waits for it

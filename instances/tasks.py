@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from instances.jobs import (
-    instances_reap_stranded_busy,
-    job_run,
-    jobs_dispatch_due,
-    jobs_prune_finished,
-)
+from instances.job_handlers import instances_reap_stranded_busy, job_run
+from instances.queue import JOB_RUN_TASK, jobs_dispatch_due, jobs_prune_finished
 from locks.services import locks_sweep_expired
 
 
-@shared_task(name="vnext.job_run", ignore_result=True, acks_late=True)
+@shared_task(name=JOB_RUN_TASK, ignore_result=True, acks_late=True)
 def job_run_task(job_id: int) -> str:
     """Run one job (claim by CAS; nothing happens if another delivery already has it)."""
     return job_run(job_id)

@@ -5,6 +5,8 @@ import os
 from celery import Celery
 from celery.signals import worker_init, worker_process_init
 
+from instances.engine.script_pool import script_pool
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vnext.settings")
 
 app = Celery("vnext")
@@ -15,8 +17,6 @@ app.autodiscover_tasks()
 @worker_process_init.connect
 def _start_script_pool_in_child(**_: object) -> None:
     # Each prefork child has its own pool of script workers, started before its first task.
-    from instances.engine.script_pool import script_pool
-
     script_pool()
 
 
@@ -25,6 +25,4 @@ def _start_script_pool_in_solo_worker(sender: object = None, **_: object) -> Non
     # The solo and threads pools run tasks in this process; prefork children start their own.
     pool_name = getattr(getattr(sender, "pool_cls", None), "__module__", "")
     if "prefork" not in str(pool_name):
-        from instances.engine.script_pool import script_pool
-
         script_pool()

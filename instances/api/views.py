@@ -14,7 +14,8 @@ from rest_framework.views import APIView
 
 from instances.api.presenters import envelope, history_row, instance_detail, list_item
 from instances.engine.errors import Codes, VNextError
-from instances.engine.pipeline import PipelineFault, fault_error
+from instances.engine.outcomes import PipelineFault
+from instances.engine.pipeline import fault_error
 from instances.engine.records import InstanceSnapshot
 from instances.filters import parse_page
 from instances.selectors import (

@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any
 
 from instances.engine.scripts import DEFAULT_ALLOWED_MODULES
-from instances.status import StateType, TriggerType
+from instances.status import StateType, Trigger
 
 SELF = "$self"
 DEFAULT_AUTO = 10
@@ -49,8 +49,8 @@ class TransitionDef:
     def trigger_type(self) -> int:
         """`triggerType` (0 manual, 1 automatic, 2 scheduled, 3 event)."""
         if self.kind == TransitionKind.TIMEOUT:
-            return TriggerType.SCHEDULED
-        return int(self.raw.get("triggerType", TriggerType.MANUAL))
+            return Trigger.SCHEDULED
+        return int(self.raw.get("triggerType", Trigger.MANUAL))
 
     @property
     def is_default_auto(self) -> bool:
@@ -202,7 +202,7 @@ class WorkflowDefinition:
         return [
             t
             for t in self.available_transitions(state)
-            if t.trigger_type == TriggerType.AUTOMATIC and t.kind != TransitionKind.UPDATE_DATA
+            if t.trigger_type == Trigger.AUTOMATIC and t.kind != TransitionKind.UPDATE_DATA
         ]
 
     def scheduled_transitions(self, state: str) -> list[TransitionDef]:
@@ -210,6 +210,6 @@ class WorkflowDefinition:
         return [
             t
             for t in self.available_transitions(state)
-            if t.trigger_type == TriggerType.SCHEDULED
+            if t.trigger_type == Trigger.SCHEDULED
             and t.kind in (TransitionKind.STATE, TransitionKind.SHARED)
         ]

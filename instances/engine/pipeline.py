@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, VNextError, all_codes
+from instances.engine.outcomes import PipelineFault, Rejected
 from instances.engine.ports import (
     Components,
     InstanceReader,
@@ -29,7 +30,7 @@ from instances.engine.ports import (
     StoreRefused,
     utc_now,
 )
-from instances.engine.profiles import Order, Profile, Trigger, resolve_profile
+from instances.engine.profiles import Order, Profile, resolve_profile
 from instances.engine.records import (
     Guard,
     GuardKind,
@@ -40,32 +41,14 @@ from instances.engine.records import (
 )
 from instances.engine.script_runner import ScriptExecutor, ScriptRunner
 from instances.engine.scripts import ScriptError
+from instances.engine.steps import STEPS
 from instances.engine.task_types import TaskFailure
 from instances.engine.tasks import TaskRunner
-from instances.status import InstanceStatus, TransitionStatus
+from instances.status import InstanceStatus, TransitionStatus, Trigger
 
 logger = logging.getLogger("vnext.pipeline")
 
 MAX_CHAIN_DEPTH = 50
-# Transition kinds admitted while the instance is Busy (they take the Busy flag over).
-BUSY_EXEMPT = frozenset({TransitionKind.CANCEL, TransitionKind.EXIT, TransitionKind.TIMEOUT})
-
-
-class Rejected(VNextError):
-    """The request is refused before anything was written (bad state, busy, ...)."""
-
-
-@dataclass(eq=False)
-class PipelineFault(Exception):
-    """The pipeline failed after admission; the instance is Faulted and an incident says why."""
-
-    code: str
-    message: str
-    http_status: int
-    instance_id: uuid.UUID
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
 
 
 @dataclass
@@ -122,8 +105,6 @@ class Engine:
             components, self.config.script_timeout_seconds, self.config.script_executor
         )
         self.tasks = TaskRunner(components, self.scripts, reader)
-        from instances.engine.steps import STEPS
-
         self.steps = STEPS
 
     def execute(

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from instances.status import Trigger
+
 
 class Order(IntEnum):
     """`LifecycleOrder`: the position of each pipeline step. There is no 9."""
@@ -68,16 +70,6 @@ class Outcome:
 
 
 _CONTINUE = Outcome("continue")
-
-
-class Trigger(IntEnum):
-    """The inbound trigger of a pipeline run (it picks the profile)."""
-
-    MANUAL = 0
-    AUTOMATIC = 1
-    SCHEDULED = 2
-    EVENT = 3
-    ERROR_BOUNDARY = 9
 
 
 @dataclass(frozen=True)

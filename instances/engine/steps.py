@@ -14,8 +14,9 @@ from django.utils.dateparse import parse_datetime, parse_duration
 
 from instances.engine.definition import TransitionKind
 from instances.engine.errors import Codes, VNextError
+from instances.engine.outcomes import BUSY_EXEMPT, Rejected
 from instances.engine.ports import LockRelease
-from instances.engine.profiles import Order, Outcome, Trigger
+from instances.engine.profiles import Order, Outcome
 from instances.engine.records import JobRow, TransitionRow, deep_merge
 from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
@@ -26,6 +27,7 @@ from instances.status import (
     InstanceStatus,
     StateType,
     TransitionStatus,
+    Trigger,
 )
 
 if TYPE_CHECKING:
@@ -111,8 +113,6 @@ class PreflightStep(Step):
     order = Order.PREFLIGHT
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        from instances.engine.pipeline import BUSY_EXEMPT, Rejected
-
         instance = execution.instance
         status, kind = instance.status, hop.transition.kind
         if execution.is_new:
@@ -159,8 +159,6 @@ class SetBusyStep(Step):
     order = Order.SET_BUSY
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        from instances.engine.pipeline import BUSY_EXEMPT
-
         if hop.transition.kind in BUSY_EXEMPT and not execution.is_new:
             execution.take_over_busy()
         elif _hop_does_io(execution, hop) and not execution.holds_busy:

@@ -8,8 +8,8 @@ from typing import Any
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.pipeline import Engine, EngineConfig, Execution, TransitionRequest
 from instances.engine.ports import InMemoryComponents, InMemoryStore
-from instances.engine.profiles import Trigger
 from instances.engine.records import InstanceSnapshot
+from instances.status import Trigger
 
 LABELS = [{"label": "x", "language": "en"}]
 

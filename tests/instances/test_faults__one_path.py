@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from instances.jobs import instances_reap_stranded_busy, job_replay, jobs_run_due
+from instances.job_handlers import instances_reap_stranded_busy, job_replay, jobs_run_due
 from instances.models import Incident, Instance, Job
 from locks.models import ResourceLock
 from tests.engine.builders import script, state, task_ref, transition, workflow

@@ -15,16 +15,16 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from instances.jobs import (
+from instances.job_handlers import jobs_run_due
+from instances.models import Job
+from instances.queue import (
     job_claim,
     job_complete,
     jobs_claim_due,
     jobs_dispatch_due,
     jobs_due,
     jobs_fail_expired_leases,
-    jobs_run_due,
 )
-from instances.models import Job
 from instances.runner import EmbeddedJobRunner
 from tests.instances.workflows import ping_pong, publish
 from vnext.conf import vnext_setting

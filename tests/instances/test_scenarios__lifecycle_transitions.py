@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from instances.jobs import job_run, jobs_run_due
+from instances.job_handlers import job_run, jobs_run_due
 from instances.models import Instance, InstanceTask, Job
 from instances.status import JobStatus
 from tests.instances.scenario_api import (

@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from instances.jobs import job_run, jobs_run_due
+from instances.job_handlers import job_run, jobs_run_due
 from instances.models import InstanceTask, Job
 from instances.status import JobStatus
 from tests.instances.scenario_api import HOP, api_fixture, at, make_due, scheduled, timers

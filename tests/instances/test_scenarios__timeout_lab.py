@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from instances.jobs import job_run, jobs_run_due
+from instances.job_handlers import job_run, jobs_run_due
 from instances.models import Instance, Job
 from instances.status import JobStatus
 from tests.instances.scenario_api import FULL, api_fixture, at, make_due, timers

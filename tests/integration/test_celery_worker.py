@@ -18,8 +18,8 @@ import pytest
 import redis
 from django.db import connection
 
-from instances.jobs import jobs_dispatch_due
 from instances.models import Instance, InstanceTransition, Job
+from instances.queue import jobs_dispatch_due
 from instances.tasks import job_run_task
 from tests.engine.builders import script, state, transition, workflow
 from tests.instances.http_server import http_server

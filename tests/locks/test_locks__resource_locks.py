@@ -183,7 +183,7 @@ def test_a_lock_on_the_start_transition_reserves_the_seat(operator_client, examp
     ],
 )
 def test_a_bad_key_script_faults_the_transition_clearly(operator_client, examples, source, message):
-    from instances.services import engine
+    from instances.wiring import engine
     from workflows.models import Component
 
     workflow = Component.objects.get(key="daily-limit-transfer")

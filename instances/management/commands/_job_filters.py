@@ -9,15 +9,15 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
 from instances.models import Job
-from instances.status import JobStatus
+from instances.status import JobKind, JobStatus
 
 
 def add_filters(parser: CommandParser) -> None:
     """--id, --instance, --kind, --status, --since, --until."""
     parser.add_argument("--id", type=int, action="append", dest="ids", help="a job id (repeat)")
     parser.add_argument("--instance", help="instance UUID")
-    parser.add_argument("--kind", help="transition, timer, timeout, ...")
-    parser.add_argument("--status", choices=JobStatus.values)
+    parser.add_argument("--kind", choices=[kind.value for kind in JobKind])
+    parser.add_argument("--status", choices=[status.value for status in JobStatus])
     parser.add_argument("--since", help="created at or after (ISO 8601)")
     parser.add_argument("--until", help="created before (ISO 8601)")
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from instances.jobs import REPLAYED, job_replay
+from instances.job_handlers import REPLAYED, job_replay
 from instances.management.commands._job_filters import add_filters, selected_jobs
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from instances.jobs import jobs_run_due
+from instances.job_handlers import jobs_run_due
 
 
 class Command(BaseCommand):

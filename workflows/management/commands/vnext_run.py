@@ -12,12 +12,16 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rest_framework.authtoken.models import Token
 
+from instances.engine.script_pool import script_pool
+from instances.queue import dispatch_mode
+from instances.runner import start_embedded_runner, stop_embedded_runner
 from vnext.conf import vnext_setting
 
 
@@ -50,8 +54,6 @@ class Command(BaseCommand):
     def _start_script_workers(self) -> None:
         # Before any socket is opened: the workers are separate clean interpreters either way,
         # but a pool that cannot start should stop the server here, not fail its first request.
-        from instances.engine.script_pool import script_pool
-
         pool = script_pool()
         protections = pool.protections()
         self.stdout.write(
@@ -100,8 +102,6 @@ class Command(BaseCommand):
         )
 
     def _serve(self, host: str, port: int) -> None:
-        import uvicorn
-
         self.stdout.write(
             self.style.SUCCESS(
                 f"serving http://{host}:{port}/  admin: /admin/  API docs: /api/docs/  "
@@ -112,9 +112,6 @@ class Command(BaseCommand):
         # that was installed before it: make that a clean exit (status 0), not a kill.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _exit_cleanly)
-        from instances.jobs import dispatch_mode
-        from instances.runner import start_embedded_runner, stop_embedded_runner
-
         embedded = dispatch_mode() == "embedded"
         if embedded:
             start_embedded_runner()

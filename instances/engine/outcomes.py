@@ -1,0 +1,31 @@
+"""How a run ends when it does not complete: refused before anything was written (`Rejected`),
+or failed after admission with the instance Faulted (`PipelineFault`); and which transitions are
+admitted while the instance is Busy."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from instances.engine.definition import TransitionKind
+from instances.engine.errors import VNextError
+
+# Transition kinds admitted while the instance is Busy (they take the Busy flag over).
+BUSY_EXEMPT = frozenset({TransitionKind.CANCEL, TransitionKind.EXIT, TransitionKind.TIMEOUT})
+
+
+class Rejected(VNextError):
+    """The request is refused before anything was written (bad state, busy, ...)."""
+
+
+@dataclass(eq=False)
+class PipelineFault(Exception):
+    """The pipeline failed after admission; the instance is Faulted and an incident says why."""
+
+    code: str
+    message: str
+    http_status: int
+    instance_id: uuid.UUID
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"

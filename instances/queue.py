@@ -1,0 +1,348 @@
+"""The durable job queue: enqueue in the caller's transaction, dispatch after commit, claim by
+compare-and-set with a lease, complete fenced by the lease, sweep what no worker will finish.
+
+This module knows rows, not what a job does: running a claimed job is `instances.job_handlers`.
+A job's Busy reservation travels with it: an accepted async request marks the instance Busy with
+the job's reservation token; each claim moves that ownership to a token naming the claim
+(`job:<id>:<attempt>`), so a worker that lost its lease can no longer write to the instance.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import random
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from instances.models import Job
+from instances.status import JobKind, JobStatus
+from vnext.celery import app as celery_app
+from vnext.conf import vnext_setting
+
+logger = logging.getLogger("vnext.jobs")
+
+# The Celery task that runs one job (`instances.tasks.job_run_task`), sent by name.
+JOB_RUN_TASK = "vnext.job_run"
+# Called after commit when jobs are due and no broker is used (the embedded runner registers).
+_wakers: list[Callable[[], None]] = []
+
+
+def register_waker(wake: Callable[[], None]) -> None:
+    """Have `wake()` called whenever jobs are dispatched without a broker."""
+    if wake not in _wakers:
+        _wakers.append(wake)
+
+
+# --- enqueue and dispatch ------------------------------------------------------------------------
+
+
+def job_enqueue(
+    *,
+    kind: JobKind,
+    instance_id: uuid.UUID | None,
+    payload: dict[str, Any],
+    run_at: datetime | None = None,
+    state: str = "",
+    dedupe_key: str | None = None,
+) -> Job:
+    """Insert a job in the current transaction; it is dispatched once that transaction commits."""
+    job = Job.objects.create(
+        kind=kind,
+        instance_id=instance_id,
+        payload=payload,
+        run_at=run_at or timezone.now(),
+        state=state,
+        dedupe_key=dedupe_key,
+    )
+    transaction.on_commit(lambda: jobs_dispatch([(job.pk, job.run_at)]))
+    return job
+
+
+def jobs_dispatch(jobs: Iterable[tuple[int, datetime]]) -> None:
+    """Hand committed jobs to the runner: Celery messages (with an ETA for future ones) or the
+    embedded runner's wake-up. A lost message is harmless: the due-jobs sweep finds the row."""
+    jobs = list(jobs)
+    if not jobs:
+        return
+    if dispatch_mode() == "celery":
+        now = timezone.now()
+        for job_id, run_at in jobs:
+            try:
+                eta = run_at if run_at > now else None
+                celery_app.send_task(JOB_RUN_TASK, args=(job_id,), eta=eta)
+            except Exception:  # the broker is down: the sweep will dispatch it
+                logger.warning("could not send job %s to the broker", job_id, exc_info=True)
+    else:
+        for wake in _wakers:
+            wake()
+
+
+def dispatch_mode() -> str:
+    """`celery` with a configured broker, else `embedded` (the in-process runner)."""
+    mode = vnext_setting("JOB_DISPATCH")
+    if mode:
+        return str(mode)
+    return "celery" if settings.CELERY_BROKER_URL != "memory://" else "embedded"
+
+
+# --- claim, run, complete ------------------------------------------------------------------------
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=float(vnext_setting("JOB_LEASE_SECONDS")))
+
+
+def max_attempts() -> int:
+    """`VNEXT_JOB_MAX_ATTEMPTS`: how many claims a job gets before it ends `failed`."""
+    return int(vnext_setting("JOB_MAX_ATTEMPTS"))
+
+
+# --- which jobs are due: one definition, used by the ORM queries and (as SQL) the raw claims ---
+
+
+def _lease_expired(now: datetime) -> Q:
+    return Q(status=JobStatus.RUNNING, lease_until__lt=now)
+
+
+def _due(now: datetime, max_attempts: int) -> Q:
+    """Claimable now: pending and due, or running past its lease with an attempt left.
+
+    A job whose lease expired on its last attempt is not due: its worker hung or died every
+    time, so `jobs_fail_expired_leases` fails it instead of letting it be claimed forever."""
+    return Q(status=JobStatus.PENDING, run_at__lte=now) | (
+        _lease_expired(now) & Q(attempts__lt=max_attempts)
+    )
+
+
+def _lease_exhausted(now: datetime, max_attempts: int) -> Q:
+    """Running past its lease with no attempt left (the complement of `_due`'s second half)."""
+    return _lease_expired(now) & Q(attempts__gte=max_attempts)
+
+
+# The raw statements below use these conditions compiled to SQL by the ORM, so they cannot
+# drift from the querysets. Compiling costs more than a claim's round trip, so each condition is
+# compiled once, with these stand-ins for its arguments, which every call then replaces.
+_NOW_STANDIN = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_STANDIN = 32767
+
+
+@functools.cache
+def _compiled(condition: Callable[[datetime, int], Q], vendor: str) -> tuple[str, list[Any]]:
+    query = Job.objects.filter(condition(_NOW_STANDIN, _MAX_STANDIN)).query
+    sql, params = query.where.as_sql(query.get_compiler(connection=connection), connection)
+    if _NOW_STANDIN not in params or _MAX_STANDIN not in params:  # the backend adapted them
+        raise RuntimeError(f"cannot compile {condition.__name__}: its parameters are {params}")
+    return sql, list(params)
+
+
+def _sql(
+    condition: Callable[[datetime, int], Q], now: datetime, max_attempts: int
+) -> tuple[str, list[Any]]:
+    """`condition(now, max_attempts)` as an SQL WHERE fragment and its parameters."""
+    sql, params = _compiled(condition, connection.vendor)
+    stand_ins = {_NOW_STANDIN: now, _MAX_STANDIN: max_attempts}
+    return sql, [stand_ins.get(param, param) for param in params]
+
+
+def job_claim(job_id: int) -> Job | None:
+    """Claim a due job (see `_due`) by compare-and-set; None when someone else has it, it is not
+    due, it is finished, or its lease expired on its last attempt. Each claim gets a fresh lease
+    token."""
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        return _claim_postgres(job_id, now)
+    claimed = Job.objects.filter(_due(now, max_attempts()), pk=job_id).update(
+        status=JobStatus.RUNNING,
+        attempts=F("attempts") + 1,
+        lease_until=now + _lease(),
+        updated_at=now,
+    )
+    if not claimed:
+        return None
+    job = Job.objects.get(pk=job_id)
+    token = f"job:{job.pk}:{job.attempts}"
+    # Fencing: only the claim that set this attempt number owns the job now.
+    Job.objects.filter(pk=job.pk, attempts=job.attempts).update(lease_owner=token)
+    job.lease_owner = token
+    return job
+
+
+# A claim: the compare-and-set, the new attempt and its lease token, in one statement
+# (parameters: lease_until, now).
+_CLAIM_SET = f"""
+UPDATE {Job._meta.db_table} SET
+    status = 'running',
+    attempts = attempts + 1,
+    lease_owner = 'job:' || id || ':' || (attempts + 1),
+    lease_until = %s,
+    updated_at = %s
+"""
+_CLAIMED = "RETURNING id, kind, instance_id, state, payload, run_at, attempts, lease_owner"
+
+
+def _claim_postgres(job_id: int, now: datetime) -> Job | None:
+    due, due_params = _sql(_due, now, max_attempts())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"{_CLAIM_SET} WHERE id = %s AND {due} {_CLAIMED}",
+            [now + _lease(), now, job_id, *due_params],
+        )
+        row = cursor.fetchone()
+    return _claimed(row, now) if row else None
+
+
+def jobs_claim_due(limit: int = 100) -> list[Job]:
+    """Claim up to `limit` due jobs in one statement (PostgreSQL), oldest first.
+
+    No row locks are taken: two claimers may pick the same ids, and the due re-check in the
+    outer WHERE lets exactly one of them have each job."""
+    now = timezone.now()
+    if connection.vendor != "postgresql":
+        claimed = (job_claim(job_id) for job_id in jobs_due(limit))
+        return [job for job in claimed if job is not None]
+    due, due_params = _sql(_due, now, max_attempts())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"{_CLAIM_SET} WHERE id IN (SELECT id FROM {Job._meta.db_table} WHERE {due} "
+            f"ORDER BY run_at LIMIT %s) AND {due} {_CLAIMED}",
+            [now + _lease(), now, *due_params, limit, *due_params],
+        )
+        rows = cursor.fetchall()
+    jobs = [_claimed(row, now) for row in rows]
+    return sorted(jobs, key=lambda job: job.run_at)
+
+
+def _claimed(row: Any, now: datetime) -> Job:
+    job_id, kind, instance_id, state, payload, run_at, attempts, token = row
+    return Job(
+        pk=job_id,
+        kind=kind,
+        instance_id=instance_id,
+        state=state,
+        payload=json.loads(payload) if isinstance(payload, str) else payload,
+        run_at=run_at,
+        status=JobStatus.RUNNING,
+        attempts=attempts,
+        lease_owner=token,
+        lease_until=now + _lease(),
+    )
+
+
+def job_complete(
+    job: Job, status: str, *, error: str = "", retry_at: datetime | None = None
+) -> bool:
+    """Record the outcome, only if this claim still holds the lease (False otherwise)."""
+    fields: dict[str, Any] = {
+        "status": status,
+        "last_error": error[:2000],
+        "updated_at": timezone.now(),
+    }
+    if retry_at is not None:
+        fields.update(run_at=retry_at, lease_until=None)
+    done = Job.objects.filter(
+        pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner
+    ).update(**fields)
+    if done and retry_at is not None:
+        jobs_dispatch([(job.pk, retry_at)])
+    return bool(done)
+
+
+def backoff(attempts: int) -> timedelta:
+    """The wait before the next attempt: doubling from `JOB_RETRY_BASE_SECONDS`, capped at five
+    minutes, with jitter."""
+    base = float(vnext_setting("JOB_RETRY_BASE_SECONDS"))
+    return timedelta(seconds=min(base * 2 ** max(attempts - 1, 0), 300) * random.uniform(0.8, 1.2))
+
+
+def jobs_complete_succeeded(jobs: list[Job]) -> int:
+    """Record many successes in one statement, each still fenced by its own claim token."""
+    if not jobs:
+        return 0
+    if connection.vendor != "postgresql":
+        return sum(job_complete(job, JobStatus.SUCCEEDED) for job in jobs)
+    rows = ", ".join(["(%s, %s)"] * len(jobs))
+    params: list[Any] = [timezone.now()]
+    for job in jobs:
+        params += [job.pk, job.lease_owner]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} AS job SET status = 'succeeded', last_error = '', "
+            f"updated_at = %s FROM (VALUES {rows}) AS done(id, token) "
+            "WHERE job.id = done.id AND job.status = 'running' AND job.lease_owner = done.token",
+            params,
+        )
+        return cursor.rowcount
+
+
+def jobs_due(limit: int = 100) -> list[int]:
+    """Ids of jobs that should run now: pending and due, or running with an expired lease and
+    an attempt left (see `_due`)."""
+    due = _due(timezone.now(), max_attempts())
+    return list(Job.objects.filter(due).order_by("run_at").values_list("pk", flat=True)[:limit])
+
+
+def jobs_dispatch_due(limit: int = 500) -> int:
+    """The periodic safety net: fail the jobs whose lease expired on their last attempt, then
+    hand every due job to the runner again. Returns how many were dispatched."""
+    jobs_fail_expired_leases()
+    due = jobs_due(limit)
+    jobs_dispatch([(job_id, timezone.now()) for job_id in due])
+    return len(due)
+
+
+# The `last_error` of a job failed because its lease expired on its last attempt.
+_LEASE_EXPIRED = "lease expired on attempt {attempts} of {max_attempts}: the worker hung or died"
+
+
+def jobs_fail_expired_leases() -> int:
+    """Fail every job whose lease expired on its last attempt (its worker hung or died each
+    time): such a job is no longer due, so nothing else would ever finish it.
+
+    One UPDATE, fenced by the condition it selects on: a job re-claimed meanwhile has a fresh
+    lease and is left alone, and of two sweeps at once only one fails a job. Returns how many
+    jobs were failed."""
+    now = timezone.now()
+    limit = max_attempts()
+    exhausted = _lease_exhausted(now, limit)
+    failed: list[tuple[int, str, Any, str]] = []
+    if connection.vendor == "postgresql":
+        where, params = _sql(_lease_exhausted, now, limit)
+        before, _, after = _LEASE_EXPIRED.partition("{attempts}")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Job._meta.db_table} SET status = 'failed', "
+                "last_error = concat(%s, attempts, %s), updated_at = %s "
+                f"WHERE {where} RETURNING id, kind, instance_id, last_error",
+                [before, after.format(max_attempts=limit), now, *params],
+            )
+            failed = list(cursor.fetchall())
+    else:  # the ORM cannot UPDATE ... RETURNING: one update per job, each fenced the same way
+        candidates = Job.objects.filter(exhausted).values_list(
+            "pk", "kind", "instance_id", "attempts"
+        )
+        for job_id, kind, instance_id, attempts in candidates:
+            error = _LEASE_EXPIRED.format(attempts=attempts, max_attempts=limit)
+            if Job.objects.filter(exhausted, pk=job_id).update(
+                status=JobStatus.FAILED, last_error=error, updated_at=now
+            ):
+                failed.append((job_id, kind, instance_id, error))
+    for job_id, kind, instance_id, error in failed:
+        logger.warning("job %s (%s) for instance %s failed: %s", job_id, kind, instance_id, error)
+    return len(failed)
+
+
+def jobs_prune_finished(*, older_than: timedelta | None = None) -> int:
+    """Delete succeeded and cancelled jobs older than the retention (failed ones stay)."""
+    age = older_than or timedelta(days=float(vnext_setting("JOB_RETENTION_DAYS")))
+    finished = [JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.SKIPPED]
+    cutoff = timezone.now() - age
+    return Job.objects.filter(status__in=finished, updated_at__lt=cutoff).delete()[0]
