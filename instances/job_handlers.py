@@ -175,7 +175,7 @@ def _fault_stranded(instance_id: uuid.UUID, owner: str, cutoff: datetime) -> boo
         transition_id=None,
         state=snapshot.current_state,
         transition_key="",
-        error_code=STRANDED_BUSY,
+        error_code=Codes.STRANDED_BUSY.code,
         message=message,
     )
     stage_fault(writes, state=snapshot.current_state, incident=incident)
@@ -186,14 +186,11 @@ def _fault_stranded(instance_id: uuid.UUID, owner: str, cutoff: datetime) -> boo
             instance_id=instance_id, status=TransitionStatus.RUNNING
         ).update(
             status=TransitionStatus.FAULTED,
-            error_code=STRANDED_BUSY,
+            error_code=Codes.STRANDED_BUSY.code,
             error_message="the pipeline holding Busy stopped without finishing",
             finished_at=timezone.now(),
         )
     return True
-
-
-STRANDED_BUSY = "Instance:StrandedBusy"
 
 
 # --- handlers ------------------------------------------------------------------------------------

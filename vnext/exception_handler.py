@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from instances.engine.errors import Codes, ErrorCode, Violation, VNextError
+from instances.engine.outcomes import PipelineFault
 
 logger = logging.getLogger("vnext.api")
 
@@ -70,8 +71,17 @@ def _flatten(detail: Any, path: tuple[str, ...] = ()) -> list[Violation]:
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Turn `VNextError`, DRF and Django exceptions into the error body; never a stack trace."""
+    """Turn `PipelineFault`, `VNextError`, DRF and Django exceptions into the error body; never
+    a stack trace."""
     request = context.get("request")
+    if isinstance(exc, PipelineFault):
+        # The run faulted its instance: the fault's own code and status, and the instance.
+        body = problem_body(
+            ErrorCode(exc.code, exc.http_status, "Transition failed"),
+            exc.message,
+            instance_id=str(exc.instance_id),
+        )
+        return _problem(body, exc.http_status, request)
     if isinstance(exc, VNextError):
         body = problem_body(
             exc.error, exc.detail, violations=exc.violations, instance_id=exc.instance_id

@@ -3,8 +3,6 @@ and render. Errors are `VNextError`s rendered by the project's exception handler
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -14,8 +12,6 @@ from rest_framework.views import APIView
 
 from instances.api.presenters import envelope, history_row, instance_detail, list_item
 from instances.engine.errors import Codes, VNextError
-from instances.engine.outcomes import PipelineFault
-from instances.engine.pipeline import fault_error
 from instances.engine.records import InstanceSnapshot
 from instances.filters import parse_page
 from instances.selectors import (
@@ -77,14 +73,6 @@ def _answer(outcome: InstanceOutcome, *, accepted: bool) -> Response:
     return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
-def _run(action: Any) -> InstanceOutcome:
-    try:
-        outcome: InstanceOutcome = action()
-    except PipelineFault as fault:
-        raise fault_error(fault) from fault
-    return outcome
-
-
 class InstanceStartView(APIView):
     """Start an instance of a workflow."""
 
@@ -98,14 +86,13 @@ class InstanceStartView(APIView):
         """Start (idempotent by business key); 200 envelope with `sync=true`, else 202."""
         sync = _is_sync(request)
         start = instance_start if sync else instance_start_accept
-        outcome = _run(
-            lambda: start(
-                domain=domain,
-                workflow=workflow,
-                body=request.data,
-                info=_info(request),
-                version=request.query_params.get("version") or None,
-            )
+        # A run that faults the instance raises PipelineFault: the exception handler answers.
+        outcome = start(
+            domain=domain,
+            workflow=workflow,
+            body=request.data,
+            info=_info(request),
+            version=request.query_params.get("version") or None,
         )
         # An idempotent start answers with the instance that already exists.
         return _answer(outcome, accepted=not sync and outcome.created)
@@ -126,15 +113,13 @@ class InstanceTransitionView(APIView):
         """Admit and run the transition; 409 `Instance:100031` when the instance is busy."""
         sync = _is_sync(request)
         run = instance_transition if sync else instance_transition_accept
-        outcome = _run(
-            lambda: run(
-                domain=domain,
-                workflow=workflow,
-                ref=instance,
-                transition_key=transition,
-                body=request.data,
-                info=_info(request),
-            )
+        outcome = run(
+            domain=domain,
+            workflow=workflow,
+            ref=instance,
+            transition_key=transition,
+            body=request.data,
+            info=_info(request),
         )
         return _answer(outcome, accepted=not sync)
 

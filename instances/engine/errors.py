@@ -51,8 +51,16 @@ class Codes:
     TASK_INPUT_MAPPING_FAILED = ErrorCode("Task:400007", 502, "Task input mapping failed")
     TASK_OUTPUT_MAPPING_FAILED = ErrorCode("Task:400008", 502, "Task output mapping failed")
     TASK_HTTP_TIMEOUT = ErrorCode("Task:Http:Timeout", 504, "HTTP task timed out")
+    TASK_HTTP_TRANSPORT = ErrorCode("Task:Http:Transport", 502, "HTTP task could not connect")
+    TASK_NOT_FOUND = ErrorCode("Task:NotFound", 502, "Task component is not published")
+    TASK_INSTANCE_NOT_FOUND = ErrorCode(
+        "Task:Instance:404", 502, "Instance the task reads is missing"
+    )
     TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 502, "Task type is not supported here")
     DATA_REFUSED = ErrorCode("Instance:DataRefused", 400, "The data cannot be stored")
+    STRANDED_BUSY = ErrorCode(
+        "Instance:StrandedBusy", 500, "Busy with no live owner; faulted by the reaper"
+    )
     SCRIPT_FAILED = ErrorCode("Script:100001", 422, "Script failed")
     SCRIPT_TIMEOUT = ErrorCode("Script:Timeout", 422, "Script ran past its time limit")
     SCRIPT_RESOURCE_LIMIT = ErrorCode(

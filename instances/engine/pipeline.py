@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
-from instances.engine.errors import Codes, ErrorCode, VNextError, all_codes
+from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import PipelineFault, Rejected
 from instances.engine.ports import (
     Components,
@@ -430,15 +430,8 @@ def _describe_failure(exc: BaseException) -> tuple[str, int, str]:
     if isinstance(exc, VNextError):
         return exc.code, exc.http_status, exc.detail
     if isinstance(exc, TaskFailure):
-        known = next((e for e in all_codes() if e.code == exc.code), None)
-        return exc.code, known.http_status if known else 502, exc.message
+        return exc.error.code, exc.error.http_status, exc.message
     if isinstance(exc, ScriptError):
         error = Codes.script(exc.code)
         return error.code, error.http_status, str(exc)
     return Codes.APP_INTERNAL.code, 500, "internal error"
-
-
-def fault_error(fault: PipelineFault) -> VNextError:
-    """The API error a fault answers with (its code, its HTTP status, the instance id)."""
-    error = ErrorCode(fault.code, fault.http_status, "Transition failed")
-    return VNextError(error, fault.message, instance_id=str(fault.instance_id))

@@ -158,14 +158,14 @@ class TaskRunner:
             document = self.components.component("task", task_ref)
             if document is None:
                 raise TaskFailure(
-                    "Task:NotFound", f"task {key} {task_ref.get('version')} is not published"
+                    Codes.TASK_NOT_FOUND, f"task {key} {task_ref.get('version')} is not published"
                 )
             attributes = document.get("attributes") or {}
             task_type = str(attributes.get("type"))
             executor = EXECUTORS.get(task_type)
             if executor is None:
                 raise TaskFailure(
-                    Codes.TASK_UNSUPPORTED.code,
+                    Codes.TASK_UNSUPPORTED,
                     f"task type {task_type} ({key}) is not supported by this runtime",
                 )
             task = _task_view(key, task_type, attributes.get("config") or {})
@@ -228,12 +228,12 @@ class TaskRunner:
         return {}
 
 
-def _mapping_code(exc: ScriptError, default: ErrorCode) -> str:
+def _mapping_code(exc: ScriptError, default: ErrorCode) -> ErrorCode:
     # A script the platform had to stop (deadline, memory, no worker) keeps its own code, so an
     # error boundary can tell it from a mapping that raised.
     if isinstance(exc, ScriptTimeout | ScriptResourceLimit | ScriptUnavailable):
-        return exc.code
-    return default.code
+        return Codes.script(exc.code)
+    return default
 
 
 def _task_view(key: str, task_type: str, config: dict[str, Any]) -> ScriptObject:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from instances.engine.errors import ErrorCode
 from instances.engine.ports import InstanceReader
 from instances.engine.script_wire import ScriptObject
 
@@ -29,15 +30,23 @@ class StandardResponse:
 
 
 class TaskFailure(Exception):
-    """A task failed with a public error code (`Task:Http:503`, `Task:Http:Timeout`, ...)."""
+    """A task failed with a public error code from the table (`Task:Http:503`,
+    `Task:Http:Timeout`, ...)."""
 
-    def __init__(self, code: str, message: str, response: StandardResponse | None = None) -> None:
+    def __init__(
+        self, error: ErrorCode, message: str, response: StandardResponse | None = None
+    ) -> None:
         super().__init__(message)
-        self.code = code
+        self.error = error
         self.message = message
         self.response = response
         # The task that failed, set by the task runner (an incident names it).
         self.task_key = ""
+
+    @property
+    def code(self) -> str:
+        """The public code, e.g. `Task:Http:503`."""
+        return self.error.code
 
 
 @dataclass

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from instances.engine.errors import Codes
 from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure, accepted
 
 
@@ -26,10 +27,10 @@ def execute_http(call: TaskCall) -> StandardResponse:
         )
     except httpx.TimeoutException as exc:
         raise TaskFailure(
-            "Task:Http:Timeout", f"HTTP {method} timed out after {timeout:g} s"
+            Codes.TASK_HTTP_TIMEOUT, f"HTTP {method} timed out after {timeout:g} s"
         ) from exc
     except httpx.HTTPError as exc:
-        raise TaskFailure("Task:Http:Transport", f"HTTP {method} failed: {exc}") from exc
+        raise TaskFailure(Codes.TASK_HTTP_TRANSPORT, f"HTTP {method} failed: {exc}") from exc
     result = StandardResponse(
         status_code=response.status_code,
         data=_payload(response),
@@ -38,7 +39,7 @@ def execute_http(call: TaskCall) -> StandardResponse:
     )
     if not result.is_success and not accepted(response.status_code, task.get("accepted") or []):
         raise TaskFailure(
-            f"Task:Http:{response.status_code}",
+            Codes.task_http(response.status_code),
             f"HTTP {method} answered {response.status_code}",
             result,
         )

@@ -3,19 +3,22 @@ instances through the engine's `InstanceReader` port."""
 
 from __future__ import annotations
 
+from instances.engine.errors import Codes
 from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
 
 
 def _one(call: TaskCall) -> dict:
     task = call.task
     if call.reader is None:
-        raise TaskFailure("Task:Unsupported", "no instance reader is configured")
+        raise TaskFailure(Codes.TASK_UNSUPPORTED, "no instance reader is configured")
     ref = str(task.get("instance_id") or task.get("key") or "")
     found = call.reader.instance(
         str(task.get("domain") or call.domain), str(task.get("flow") or ""), ref
     )
     if found is None:
-        raise TaskFailure("Task:Instance:404", f"instance {ref!r} of {task.get('flow')} not found")
+        raise TaskFailure(
+            Codes.TASK_INSTANCE_NOT_FOUND, f"instance {ref!r} of {task.get('flow')} not found"
+        )
     return found
 
 
@@ -33,7 +36,7 @@ def execute_get_instances(call: TaskCall) -> StandardResponse:
     """A page of instances of a workflow (`filter` as the list API's filter language)."""
     task = call.task
     if call.reader is None:
-        raise TaskFailure("Task:Unsupported", "no instance reader is configured")
+        raise TaskFailure(Codes.TASK_UNSUPPORTED, "no instance reader is configured")
     filters = task.get("filter")
     filter_text = " and ".join(filters) if isinstance(filters, list) else filters
     items = call.reader.instances(
