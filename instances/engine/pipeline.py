@@ -30,7 +30,7 @@ from instances.engine.ports import (
     StoreRefused,
     utc_now,
 )
-from instances.engine.profiles import Order, Profile, resolve_profile
+from instances.engine.profiles import Order, OutcomeKind, Profile, resolve_profile
 from instances.engine.records import (
     Guard,
     GuardKind,
@@ -240,13 +240,13 @@ class Execution:
                 self._fault(hop, refused)
             except (VNextError, ScriptError, TaskFailure) as exc:
                 self._fault(hop, exc)
-            if outcome.kind == "stop":
+            if outcome.kind is OutcomeKind.STOP:
                 return
-            if outcome.kind == "skip_to" and outcome.order is not None:
+            if outcome.kind is OutcomeKind.SKIP_TO and outcome.order is not None:
                 target = outcome.order
                 index = next((i for i, s in enumerate(steps) if s.order >= target), len(steps))
                 continue
-            if outcome.kind == "with":
+            if outcome.kind is OutcomeKind.WITH:
                 for name, value in outcome.directives.items():
                     setattr(hop, name, value)
             index += 1

@@ -4,7 +4,7 @@ the "+Self" composition). The inbound trigger picks the profile, not the transit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 from instances.status import Trigger
@@ -35,11 +35,20 @@ class Order(IntEnum):
     RESOLVE_AVAILABLE = 112
 
 
+class OutcomeKind(StrEnum):
+    """How the runner goes on after a step."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+    SKIP_TO = "skip_to"
+    WITH = "with"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a step tells the runner: continue, stop, skip to an order, or skip to Finalize."""
 
-    kind: str
+    kind: OutcomeKind
     order: Order | None = None
     directives: dict[str, Any] = field(default_factory=dict)
 
@@ -51,25 +60,25 @@ class Outcome:
     @staticmethod
     def stop() -> Outcome:
         """`Stop()`: leave this pipeline run."""
-        return Outcome("stop")
+        return Outcome(OutcomeKind.STOP)
 
     @staticmethod
     def skip_to(order: Order) -> Outcome:
         """`SkipTo(order)`: resume at the first step at or after `order`."""
-        return Outcome("skip_to", order)
+        return Outcome(OutcomeKind.SKIP_TO, order)
 
     @staticmethod
     def skip_to_finalize() -> Outcome:
         """`SkipToFinalize()`: jump straight to Finalize."""
-        return Outcome("skip_to", Order.FINALIZE)
+        return Outcome(OutcomeKind.SKIP_TO, Order.FINALIZE)
 
     @staticmethod
     def with_directives(**directives: Any) -> Outcome:
         """`With(...)`: set typed directives, then continue."""
-        return Outcome("with", directives=directives)
+        return Outcome(OutcomeKind.WITH, directives=directives)
 
 
-_CONTINUE = Outcome("continue")
+_CONTINUE = Outcome(OutcomeKind.CONTINUE)
 
 
 @dataclass(frozen=True)
