@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -23,10 +23,10 @@ from django.utils import timezone
 from instances.engine.definition import TransitionDef
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import PipelineFault, Rejected
-from instances.engine.pipeline import TransitionRequest, stage_fault
+from instances.engine.pipeline import TransitionRequest
 from instances.engine.profiles import Order
-from instances.engine.records import Guard, GuardKind, IncidentRow, PendingWrites
-from instances.models import Instance, InstanceTransition, Job
+from instances.engine.records import IncidentRow
+from instances.models import InstanceTransition, Job
 from instances.orm_store import OrmStore
 from instances.queue import (
     backoff,
@@ -42,6 +42,7 @@ from instances.wiring import engine
 from vnext.conf import vnext_setting
 
 logger = logging.getLogger("vnext.jobs")
+_store = OrmStore()
 
 
 class RetryLater(Exception):
@@ -145,52 +146,28 @@ def instances_reap_stranded_busy() -> int:
     left Busy."""
     cutoff = timezone.now() - timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
     reaped = 0
-    stale = Instance.objects.filter(status=InstanceStatus.BUSY, busy_since__lt=cutoff)
-    for instance_id, owner in stale.values_list("pk", "busy_owner"):
+    for instance_id, owner in _store.busy_since_before(cutoff):
         live_job = Job.objects.filter(
             instance_id=instance_id, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
         ).filter(Q(payload__reservation=owner) | Q(lease_owner=owner))
         if live_job.exists():
             continue
-        if not _fault_stranded(instance_id, owner, cutoff):
+        message = (
+            f"Busy since before {cutoff:%Y-%m-%d %H:%M:%S} UTC with no live owner "
+            f"({owner or 'unknown'}); faulted by the reaper, retry or cancel it"
+        )
+        incident = IncidentRow(
+            transition_id=None,
+            state="",
+            transition_key="",
+            error_code=Codes.STRANDED_BUSY.code,
+            message=message,
+        )
+        if not _store.fault_owned(instance_id, owner, incident):
             continue
         reaped += 1
         logger.warning("reaped stranded Busy instance %s (owner %s)", instance_id, owner)
     return reaped
-
-
-def _fault_stranded(instance_id: uuid.UUID, owner: str, cutoff: datetime) -> bool:
-    # The same fault as a failed run (status, incident, timers, locks), guarded by the stale
-    # owner: a run that finishes meanwhile wins and nothing is written.
-    store = OrmStore()
-    snapshot = store.load(instance_id)
-    if snapshot is None:
-        return False
-    writes = PendingWrites()
-    message = (
-        f"Busy since before {cutoff:%Y-%m-%d %H:%M:%S} UTC with no live owner "
-        f"({owner or 'unknown'}); faulted by the reaper, retry or cancel it"
-    )
-    incident = IncidentRow(
-        transition_id=None,
-        state=snapshot.current_state,
-        transition_key="",
-        error_code=Codes.STRANDED_BUSY.code,
-        message=message,
-    )
-    stage_fault(writes, state=snapshot.current_state, incident=incident)
-    with transaction.atomic():
-        if store.flush(snapshot, writes, Guard(GuardKind.OWNER, owner=owner)) is None:
-            return False
-        InstanceTransition.objects.filter(
-            instance_id=instance_id, status=TransitionStatus.RUNNING
-        ).update(
-            status=TransitionStatus.FAULTED,
-            error_code=Codes.STRANDED_BUSY.code,
-            error_message="the pipeline holding Busy stopped without finishing",
-            finished_at=timezone.now(),
-        )
-    return True
 
 
 # --- handlers ------------------------------------------------------------------------------------
@@ -205,7 +182,7 @@ class _Loaded:
 def _load(job: Job) -> _Loaded:
     if job.instance_id is None:
         raise JobSkipped("the job names no instance")
-    instance = OrmStore().load(job.instance_id)
+    instance = _store.load(job.instance_id)
     if instance is None:
         raise JobSkipped(f"instance {job.instance_id} no longer exists")
     definition = engine().components.workflow(
@@ -224,12 +201,7 @@ def _take_reservation(job: Job) -> bool:
     if job.instance_id is None:
         return False
     reservation = str(job.payload.get("reservation") or "")
-    owners = Q(busy_owner=reservation) | Q(busy_owner__startswith=f"job:{job.pk}:")
-    return bool(
-        Instance.objects.filter(owners, id=job.instance_id, status=InstanceStatus.BUSY).update(
-            busy_owner=job.lease_owner, busy_since=timezone.now()
-        )
-    )
+    return _store.take_reservation(job.instance_id, reservation, job.pk, job.lease_owner)
 
 
 def _handle_transition(job: Job) -> None:
@@ -404,15 +376,15 @@ def _replay_refusal(job: Job, force: bool) -> str:
 def _replay_without_effect(job: Job) -> str:
     if job.status == JobStatus.SUCCEEDED and job.kind == JobKind.TRANSITION:
         return "its transition was applied; replaying it would change nothing"
-    instance = Instance.objects.filter(pk=job.instance_id).first() if job.instance_id else None
+    instance = _store.load(job.instance_id) if job.instance_id else None
     if instance is None:
         return "its instance no longer exists"
     if instance.status == InstanceStatus.COMPLETED:
-        return f"instance {instance.pk} is completed"
+        return f"instance {instance.id} is completed"
     if job.kind == JobKind.TIMER and instance.current_state != job.state:
-        return f"instance {instance.pk} has left state {job.state!r}"
+        return f"instance {instance.id} has left state {job.state!r}"
     if job.kind == JobKind.TIMER and instance.status == InstanceStatus.FAULTED:
-        return f"instance {instance.pk} is faulted; retry or cancel the instance"
+        return f"instance {instance.id} is faulted; retry or cancel the instance"
     if job.kind == JobKind.TRANSITION and not job.payload.get("lockFree"):
         reservation = str(job.payload.get("reservation") or "")
         owner = instance.busy_owner
@@ -421,7 +393,7 @@ def _replay_without_effect(job: Job) -> str:
         )
         if not held:
             return (
-                f"instance {instance.pk} is no longer reserved for it (status "
+                f"instance {instance.id} is no longer reserved for it (status "
                 f"{instance.status}); send the transition again"
             )
     return ""

@@ -9,12 +9,16 @@ parallel updateData calls never lose each other's keys.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DataError, IntegrityError, connection, connections, transaction
 from django.db.models import Field, Q
 from django.utils import timezone
@@ -24,12 +28,14 @@ from instances.engine.ports import BusinessKeyTaken, StoreRefused
 from instances.engine.records import (
     Guard,
     GuardKind,
+    IncidentRow,
     InstanceSnapshot,
     PendingWrites,
     TransitionRow,
     bump_version,
     deep_merge,
     new_etag,
+    stage_fault,
 )
 from instances.filters import parse_filter
 from instances.models import (
@@ -40,8 +46,8 @@ from instances.models import (
     InstanceTransition,
     Job,
 )
-from instances.queue import jobs_dispatch
-from instances.status import InstanceStatus, JobStatus
+from instances.queue import job_enqueue, jobs_dispatch
+from instances.status import InstanceStatus, JobKind, JobStatus, TransitionStatus
 from locks.models import ResourceLock
 from workflows.documents import ComponentKind, ComponentRef
 from workflows.models import Component
@@ -116,39 +122,130 @@ class OrmStore:
         return snapshot_of(row) if row else None
 
     def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
-        """The instance `ref` (UUID, or business key: the live instance first) of a workflow.
+        """The instance `ref` (UUID, or business key: the live instance first) of a workflow."""
+        return dialect().find(domain, workflow, ref)
 
-        On PostgreSQL one plain SELECT, no model instance: this is on every request's path.
-        """
-        if connection.vendor != "postgresql":
-            row = (
-                Instance.objects.filter(instance_lookup(domain, workflow, ref))
-                .order_by("-created_at")
-                .first()
-            )
-            return snapshot_of(row) if row else None
-        value: uuid.UUID | str
+    def live_by_key(self, domain: str, workflow: str, key: str) -> InstanceSnapshot | None:
+        """The live (not Completed) instance of a workflow with business key `key`, if any."""
+        row = (
+            Instance.objects.filter(domain=domain, workflow_key=workflow, key=key)
+            .exclude(status=InstanceStatus.COMPLETED)
+            .first()
+        )
+        return snapshot_of(row) if row else None
+
+    def status_of(self, instance_id: uuid.UUID) -> str | None:
+        """The instance's status letter now, or None when it does not exist."""
+        found = Instance.objects.filter(pk=instance_id).values_list("status", flat=True).first()
+        return str(found) if found is not None else None
+
+    def create_reserved(
+        self, snapshot: InstanceSnapshot, reservation: str, job_payload: dict[str, Any]
+    ) -> InstanceSnapshot:
+        """Insert `snapshot` Busy for `reservation` and the transition job that owns it, in one
+        transaction (an async start). `BusinessKeyTaken` when a live instance has the key."""
+        now = timezone.now()
+        values = {name: getattr(snapshot, name) for name in _INSTANCE_FIELDS}
+        values.update(
+            status=InstanceStatus.BUSY,
+            busy_owner=reservation,
+            busy_since=now,
+            created_at=now,
+            updated_at=now,
+        )
         try:
-            condition, value = "id = %s", uuid.UUID(ref)
-        except ValueError:
-            condition, value = "key = %s", ref
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {_SELECT_COLUMNS} FROM instances_instance "
-                f"WHERE domain = %s AND workflow_key = %s AND {condition} "
-                "ORDER BY status = 'C', created_at DESC LIMIT 1",
-                [domain, workflow, value],
+            with transaction.atomic():
+                row = Instance.objects.create(**values)
+                job_enqueue(kind=JobKind.TRANSITION, instance_id=row.pk, payload=job_payload)
+        except IntegrityError as exc:
+            raise BusinessKeyTaken(str(snapshot.key)) from exc
+        return snapshot_of(row)
+
+    def reserve_with_job(
+        self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
+    ) -> bool:
+        """Busy for `reservation` if the status is one of `statuses`, with the transition job
+        that owns the reservation, in one transaction; False when the status refused it."""
+        return dialect().reserve_with_job(instance_id, statuses, reservation, payload)
+
+    def take_reservation(
+        self, instance_id: uuid.UUID, reservation: str, job_id: int, token: str
+    ) -> bool:
+        """Move Busy ownership from an accept's `reservation` (or an earlier claim of job
+        `job_id`) to this claim's `token`; False when the instance is no longer reserved."""
+        owners = Q(busy_owner=reservation) | Q(busy_owner__startswith=f"job:{job_id}:")
+        taken = Instance.objects.filter(owners, id=instance_id, status=InstanceStatus.BUSY)
+        return bool(taken.update(busy_owner=token, busy_since=timezone.now()))
+
+    def busy_since_before(self, cutoff: datetime) -> list[tuple[uuid.UUID, str]]:
+        """`(id, owner)` of every instance Busy since before `cutoff` (the reaper's candidates)."""
+        stale = Instance.objects.filter(status=InstanceStatus.BUSY, busy_since__lt=cutoff)
+        return [
+            (instance_id, str(owner))
+            for instance_id, owner in stale.values_list("pk", "busy_owner")
+        ]
+
+    def fault_owned(self, instance_id: uuid.UUID, owner: str, incident: IncidentRow) -> bool:
+        """Fault an instance Busy for `owner` with the writes every fault makes (incident, the
+        state's timers, the locks), and mark its running history rows faulted; guarded by the
+        owner, so a run that finishes meanwhile wins and nothing is written."""
+        snapshot = self.load(instance_id)
+        if snapshot is None:
+            return False
+        incident.state = snapshot.current_state
+        writes = PendingWrites()
+        stage_fault(writes, state=snapshot.current_state, incident=incident)
+        with transaction.atomic():
+            if self.flush(snapshot, writes, Guard(GuardKind.OWNER, owner=owner)) is None:
+                return False
+            InstanceTransition.objects.filter(
+                instance_id=instance_id, status=TransitionStatus.RUNNING
+            ).update(
+                status=TransitionStatus.FAULTED,
+                error_code=incident.error_code,
+                error_message=incident.message,
+                finished_at=timezone.now(),
             )
-            found = cursor.fetchone()
-        if found is None:
-            return None
-        values = dict(zip(_SNAPSHOT_COLUMNS, found, strict=True))
-        for name in ("data", "tags", "extra"):
-            # Django's psycopg setup leaves jsonb undecoded for raw cursors.
-            if isinstance(values[name], str):
-                values[name] = json.loads(values[name])
-        major, minor, patch = (values.pop(name) for name in _VERSION_COLUMNS)
-        return InstanceSnapshot(**values, data_version=(major, minor, patch))
+        return True
+
+    def record_operator_action(
+        self,
+        instance_id: uuid.UUID,
+        *,
+        action: str,
+        body: dict[str, Any],
+        actor: str,
+        change_extra: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> bool:
+        """An operator's action on an instance (force-releasing a lock): a completed history row
+        naming it, and `extra` changed by `change_extra`, guarded by the version read (retried
+        when a run wrote in between). False when the instance does not exist."""
+        for _ in range(5):
+            row = Instance.objects.filter(pk=instance_id).first()
+            if row is None:
+                return False
+            now = timezone.now()
+            with transaction.atomic():
+                changed = Instance.objects.filter(pk=instance_id, etag=row.etag).update(
+                    extra=change_extra(dict(row.extra)), etag=new_etag(), updated_at=now
+                )
+                if not changed:
+                    continue
+                InstanceTransition.objects.create(
+                    instance_id=instance_id,
+                    transition_key=action,
+                    from_state=row.current_state,
+                    to_state=row.current_state,
+                    trigger_type=0,
+                    body=body,
+                    actor=actor,
+                    status=TransitionStatus.COMPLETED,
+                    effective_state=row.effective_state,
+                    started_at=now,
+                    finished_at=now,
+                )
+            return True
+        return False
 
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
         """Busy owner = `owner` if the instance is Active or Busy (cancel/exit/timeout)."""
@@ -172,10 +269,8 @@ class OrmStore:
                         self._insert(snapshot, writes),
                         bool(writes.data_patch),
                     )
-                elif connection.vendor == "postgresql":
-                    committed, data_changed = self._update_postgres(snapshot, writes, guard)
                 else:
-                    committed, data_changed = self._update_portable(snapshot, writes, guard)
+                    committed, data_changed = dialect().update(snapshot, writes, guard)
                 self._write_rows(committed, writes, data_changed)
         except _GuardFailed:
             return None
@@ -201,18 +296,174 @@ class OrmStore:
             raise
         return snapshot_of(row)
 
-    def _guard_sql(self, guard: Guard) -> tuple[str, dict[str, Any]]:
-        if guard.kind is GuardKind.OPTIMISTIC:
-            return "status = 'A' AND state_version = %(guard_version)s", {
-                "guard_version": guard.state_version
-            }
-        if guard.kind is GuardKind.OWNER:
-            return "status = 'B' AND busy_owner = %(guard_owner)s", {"guard_owner": guard.owner}
-        return "status <> 'C'", {}
+    # --- the other rows -----------------------------------------------------------------------
 
-    def _update_postgres(
+    def _write_rows(
+        self, committed: InstanceSnapshot, writes: PendingWrites, data_changed: bool
+    ) -> None:
+        instance_id = committed.id
+        rows = list(writes.transitions.values())
+        if rows:
+            dialect().upsert_transitions(instance_id, rows)
+        if data_changed:
+            last = rows[-1].id if rows else None
+            InstanceDataVersion.objects.create(
+                instance_id=instance_id,
+                transition_id=last,
+                version=committed.data_version_text,
+                patch=writes.data_patch or {},
+                data=committed.data,
+            )
+        if writes.tasks:
+            InstanceTask.objects.bulk_create(
+                InstanceTask(instance_id=instance_id, **vars(row)) for row in writes.tasks
+            )
+        if writes.incidents:
+            Incident.objects.bulk_create(
+                Incident(instance_id=instance_id, **vars(row)) for row in writes.incidents
+            )
+        if writes.cancel_all_timers or writes.cancel_timers_of:
+            timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
+            if writes.cancel_all_timers:
+                timers = timers.filter(kind__in=TIMER_KINDS)
+            else:
+                timers = timers.filter(kind="timer", state__in=writes.cancel_timers_of)
+            timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+        if writes.release_locks:
+            ResourceLock.objects.filter(owner=instance_id).delete()
+        if writes.resolve_incidents is not None:
+            resolution, who = writes.resolve_incidents
+            Incident.objects.filter(instance_id=instance_id, resolved=False).update(
+                resolved=True, resolved_at=timezone.now(), resolution=resolution, resolved_by=who
+            )
+        if writes.jobs:
+            created = Job.objects.bulk_create(
+                Job(instance_id=instance_id, **vars(job)) for job in writes.jobs
+            )
+            # Handed to the job runner once (and only if) this transaction commits.
+            jobs = [(job.pk, job.run_at) for job in created]
+            transaction.on_commit(lambda: jobs_dispatch(jobs))
+
+
+# --- SQL dialects: one object per database vendor, chosen once ------------------------------------
+
+
+class PortableSql:
+    """Instance-row statements any database runs (SQLite in the embedded mode), through the
+    ORM; a read and its guarded write share one transaction (SQLite serialises writers)."""
+
+    def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
+        """The instance `ref` (UUID, or business key: the live instance first) of a workflow."""
+        row = (
+            Instance.objects.filter(instance_lookup(domain, workflow, ref))
+            .order_by("-created_at")
+            .first()
+        )
+        return snapshot_of(row) if row else None
+
+    def update(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> tuple[InstanceSnapshot, bool]:
+        """The guarded update of the instance row: the committed instance and whether its data
+        changed; `_GuardFailed` when the guard no longer holds."""
+        queryset = Instance.objects.filter(pk=snapshot.id)
+        if guard.kind is GuardKind.OPTIMISTIC:
+            queryset = queryset.filter(
+                status=InstanceStatus.ACTIVE, state_version=guard.state_version
+            )
+        elif guard.kind is GuardKind.OWNER:
+            queryset = queryset.filter(status=InstanceStatus.BUSY, busy_owner=guard.owner)
+        else:
+            queryset = queryset.exclude(status=InstanceStatus.COMPLETED)
+        row = queryset.first()
+        if row is None:
+            raise _GuardFailed()
+        values: dict[str, Any] = dict(writes.instance_fields)
+        data_changed = False
+        if writes.data_patch:
+            merged = deep_merge(row.data, writes.data_patch)
+            if merged != row.data:
+                data_changed = True
+                version = bump_version(
+                    (row.data_version_major, row.data_version_minor, row.data_version_patch),
+                    writes.version_strategy,
+                )
+                values.update(
+                    data=merged,
+                    entity_etag=new_etag(),
+                    data_version_major=version[0],
+                    data_version_minor=version[1],
+                    data_version_patch=version[2],
+                )
+        values.update(
+            etag=new_etag(),
+            updated_at=timezone.now(),
+            state_version=row.state_version + (1 if writes.bump_state_version else 0),
+        )
+        if queryset.update(**values) != 1:
+            raise _GuardFailed()
+        row.refresh_from_db()
+        return snapshot_of(row), data_changed
+
+    def upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
+        """Insert or update history rows by id (a job's re-run updates its own rows)."""
+        InstanceTransition.objects.bulk_create(
+            [InstanceTransition(instance_id=instance_id, **vars(row)) for row in rows],
+            update_conflicts=True,
+            unique_fields=["id"],
+            update_fields=_TRANSITION_UPDATE_FIELDS,
+        )
+
+    def reserve_with_job(
+        self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
+    ) -> bool:
+        """Mark the instance Busy for `reservation` if its status is one of `statuses`, and
+        enqueue the transition job that owns the reservation, together; False when refused."""
+        with transaction.atomic():
+            reserved = Instance.objects.filter(pk=instance_id, status__in=statuses).update(
+                status=InstanceStatus.BUSY,
+                busy_owner=reservation,
+                busy_since=timezone.now(),
+                etag=new_etag(),
+            )
+            if reserved:
+                job_enqueue(kind=JobKind.TRANSITION, instance_id=instance_id, payload=payload)
+        return bool(reserved)
+
+
+class PostgresSql(PortableSql):
+    """The same statements as single round trips on PostgreSQL (`UPDATE ... RETURNING`, the
+    data merged in SQL, one upsert for the history)."""
+
+    def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
+        """One plain SELECT, no model instance: this is on every request's path."""
+        value: uuid.UUID | str
+        try:
+            condition, value = "id = %s", uuid.UUID(ref)
+        except ValueError:
+            condition, value = "key = %s", ref
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {_SELECT_COLUMNS} FROM instances_instance "
+                f"WHERE domain = %s AND workflow_key = %s AND {condition} "
+                "ORDER BY status = 'C', created_at DESC LIMIT 1",
+                [domain, workflow, value],
+            )
+            found = cursor.fetchone()
+        if found is None:
+            return None
+        values = dict(zip(_SNAPSHOT_COLUMNS, found, strict=True))
+        for name in ("data", "tags", "extra"):
+            # Django's psycopg setup leaves jsonb undecoded for raw cursors.
+            if isinstance(values[name], str):
+                values[name] = json.loads(values[name])
+        major, minor, patch = (values.pop(name) for name in _VERSION_COLUMNS)
+        return InstanceSnapshot(**values, data_version=(major, minor, patch))
+
+    def update(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        """One `UPDATE ... WHERE <guard> RETURNING`, the data patch merged in SQL."""
         params: dict[str, Any] = {
             "id": snapshot.id,
             "etag": new_etag(),
@@ -253,7 +504,7 @@ class OrmStore:
             "etag = %(etag)s",
             "updated_at = %(now)s",
         ]
-        condition, guard_params = self._guard_sql(guard)
+        condition, guard_params = _guard_sql(guard)
         params.update(guard_params)
         sql = (
             f"UPDATE instances_instance SET {', '.join(sets)} "
@@ -276,107 +527,8 @@ class OrmStore:
         data_changed = bool(writes.data_patch) and entity_etag == params.get("entity_etag")
         return committed, data_changed
 
-    def _update_portable(
-        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
-    ) -> tuple[InstanceSnapshot, bool]:
-        # SQLite serialises writers per database; the read and the guarded write share one
-        # transaction.
-        queryset = Instance.objects.filter(pk=snapshot.id)
-        if guard.kind is GuardKind.OPTIMISTIC:
-            queryset = queryset.filter(
-                status=InstanceStatus.ACTIVE, state_version=guard.state_version
-            )
-        elif guard.kind is GuardKind.OWNER:
-            queryset = queryset.filter(status=InstanceStatus.BUSY, busy_owner=guard.owner)
-        else:
-            queryset = queryset.exclude(status=InstanceStatus.COMPLETED)
-        row = queryset.first()
-        if row is None:
-            raise _GuardFailed()
-        values: dict[str, Any] = dict(writes.instance_fields)
-        data_changed = False
-        if writes.data_patch:
-            merged = deep_merge(row.data, writes.data_patch)
-            if merged != row.data:
-                data_changed = True
-                version = bump_version(
-                    (row.data_version_major, row.data_version_minor, row.data_version_patch),
-                    writes.version_strategy,
-                )
-                values.update(
-                    data=merged,
-                    entity_etag=new_etag(),
-                    data_version_major=version[0],
-                    data_version_minor=version[1],
-                    data_version_patch=version[2],
-                )
-        values.update(
-            etag=new_etag(),
-            updated_at=timezone.now(),
-            state_version=row.state_version + (1 if writes.bump_state_version else 0),
-        )
-        if queryset.update(**values) != 1:
-            raise _GuardFailed()
-        row.refresh_from_db()
-        return snapshot_of(row), data_changed
-
-    # --- the other rows -----------------------------------------------------------------------
-
-    def _write_rows(
-        self, committed: InstanceSnapshot, writes: PendingWrites, data_changed: bool
-    ) -> None:
-        instance_id = committed.id
-        rows = list(writes.transitions.values())
-        if rows:
-            self._upsert_transitions(instance_id, rows)
-        if data_changed:
-            last = rows[-1].id if rows else None
-            InstanceDataVersion.objects.create(
-                instance_id=instance_id,
-                transition_id=last,
-                version=committed.data_version_text,
-                patch=writes.data_patch or {},
-                data=committed.data,
-            )
-        if writes.tasks:
-            InstanceTask.objects.bulk_create(
-                InstanceTask(instance_id=instance_id, **vars(row)) for row in writes.tasks
-            )
-        if writes.incidents:
-            Incident.objects.bulk_create(
-                Incident(instance_id=instance_id, **vars(row)) for row in writes.incidents
-            )
-        if writes.cancel_all_timers or writes.cancel_timers_of:
-            timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
-            if writes.cancel_all_timers:
-                timers = timers.filter(kind__in=TIMER_KINDS)
-            else:
-                timers = timers.filter(kind="timer", state__in=writes.cancel_timers_of)
-            timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
-        if writes.release_locks:
-            ResourceLock.objects.filter(owner=instance_id).delete()
-        if writes.resolve_incidents is not None:
-            resolution, who = writes.resolve_incidents
-            Incident.objects.filter(instance_id=instance_id, resolved=False).update(
-                resolved=True, resolved_at=timezone.now(), resolution=resolution, resolved_by=who
-            )
-        if writes.jobs:
-            created = Job.objects.bulk_create(
-                Job(instance_id=instance_id, **vars(job)) for job in writes.jobs
-            )
-            # Handed to the job runner once (and only if) this transaction commits.
-            jobs = [(job.pk, job.run_at) for job in created]
-            transaction.on_commit(lambda: jobs_dispatch(jobs))
-
-    def _upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
-        if connection.vendor != "postgresql":
-            InstanceTransition.objects.bulk_create(
-                [InstanceTransition(instance_id=instance_id, **vars(row)) for row in rows],
-                update_conflicts=True,
-                unique_fields=["id"],
-                update_fields=_TRANSITION_UPDATE_FIELDS,
-            )
-            return
+    def upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
+        """One `INSERT ... ON CONFLICT (id) DO UPDATE` for all the rows."""
         columns = ["instance_id", *vars(rows[0])]
         updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in _TRANSITION_UPDATE_FIELDS)
         sql = (
@@ -392,6 +544,65 @@ class OrmStore:
             params.append([instance_id, *values.values()])
         with connection.cursor() as cursor:
             cursor.executemany(sql, params)
+
+    def reserve_with_job(
+        self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
+    ) -> bool:
+        """The admission CAS and the job row in one statement: the job exists exactly when the
+        reservation does, and the accept costs one round trip."""
+        now = timezone.now()
+        params: dict[str, Any] = {
+            "id": instance_id,
+            "statuses": [str(status) for status in statuses],
+            "reservation": reservation,
+            "now": now,
+            "etag": new_etag(),
+            "kind": JobKind.TRANSITION,
+            "payload": json.dumps(payload, cls=DjangoJSONEncoder),
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(_RESERVE_WITH_JOB, params)
+            created = cursor.fetchone()
+        if created is None:
+            return False
+        job_id, run_at = created
+        transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
+        return True
+
+
+_RESERVE_WITH_JOB = f"""
+WITH reserved AS (
+    UPDATE {Instance._meta.db_table}
+    SET status = 'B', busy_owner = %(reservation)s, busy_since = %(now)s, etag = %(etag)s
+    WHERE id = %(id)s AND status = ANY(%(statuses)s)
+    RETURNING id
+)
+INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, status, attempts,
+                                  lease_owner, last_error, created_at, updated_at)
+SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(now)s, %(now)s
+FROM reserved
+RETURNING id, run_at
+"""
+
+
+@functools.cache
+def _dialect_for(vendor: str) -> PortableSql:
+    return PostgresSql() if vendor == "postgresql" else PortableSql()
+
+
+def dialect() -> PortableSql:
+    """The SQL dialect of the default database, chosen once per vendor."""
+    return _dialect_for(connection.vendor)
+
+
+def _guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
+    if guard.kind is GuardKind.OPTIMISTIC:
+        return "status = 'A' AND state_version = %(guard_version)s", {
+            "guard_version": guard.state_version
+        }
+    if guard.kind is GuardKind.OWNER:
+        return "status = 'B' AND busy_owner = %(guard_owner)s", {"guard_owner": guard.owner}
+    return "status <> 'C'", {}
 
 
 def _first_line(exc: Exception) -> str:

@@ -157,23 +157,7 @@ def job_claim(job_id: int) -> Job | None:
     """Claim a due job (see `_due`) by compare-and-set; None when someone else has it, it is not
     due, it is finished, or its lease expired on its last attempt. Each claim gets a fresh lease
     token."""
-    now = timezone.now()
-    if connection.vendor == "postgresql":
-        return _claim_postgres(job_id, now)
-    claimed = Job.objects.filter(_due(now, max_attempts()), pk=job_id).update(
-        status=JobStatus.RUNNING,
-        attempts=F("attempts") + 1,
-        lease_until=now + _lease(),
-        updated_at=now,
-    )
-    if not claimed:
-        return None
-    job = Job.objects.get(pk=job_id)
-    token = f"job:{job.pk}:{job.attempts}"
-    # Fencing: only the claim that set this attempt number owns the job now.
-    Job.objects.filter(pk=job.pk, attempts=job.attempts).update(lease_owner=token)
-    job.lease_owner = token
-    return job
+    return job_sql().claim(job_id, timezone.now())
 
 
 # A claim: the compare-and-set, the new attempt and its lease token, in one statement
@@ -189,36 +173,9 @@ UPDATE {Job._meta.db_table} SET
 _CLAIMED = "RETURNING id, kind, instance_id, state, payload, run_at, attempts, lease_owner"
 
 
-def _claim_postgres(job_id: int, now: datetime) -> Job | None:
-    due, due_params = _sql(_due, now, max_attempts())
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"{_CLAIM_SET} WHERE id = %s AND {due} {_CLAIMED}",
-            [now + _lease(), now, job_id, *due_params],
-        )
-        row = cursor.fetchone()
-    return _claimed(row, now) if row else None
-
-
 def jobs_claim_due(limit: int = 100) -> list[Job]:
-    """Claim up to `limit` due jobs in one statement (PostgreSQL), oldest first.
-
-    No row locks are taken: two claimers may pick the same ids, and the due re-check in the
-    outer WHERE lets exactly one of them have each job."""
-    now = timezone.now()
-    if connection.vendor != "postgresql":
-        claimed = (job_claim(job_id) for job_id in jobs_due(limit))
-        return [job for job in claimed if job is not None]
-    due, due_params = _sql(_due, now, max_attempts())
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"{_CLAIM_SET} WHERE id IN (SELECT id FROM {Job._meta.db_table} WHERE {due} "
-            f"ORDER BY run_at LIMIT %s) AND {due} {_CLAIMED}",
-            [now + _lease(), now, *due_params, limit, *due_params],
-        )
-        rows = cursor.fetchall()
-    jobs = [_claimed(row, now) for row in rows]
-    return sorted(jobs, key=lambda job: job.run_at)
+    """Claim up to `limit` due jobs, oldest first (one statement on PostgreSQL)."""
+    return job_sql().claim_due(timezone.now(), limit)
 
 
 def _claimed(row: Any, now: datetime) -> Job:
@@ -264,23 +221,9 @@ def backoff(attempts: int) -> timedelta:
 
 
 def jobs_complete_succeeded(jobs: list[Job]) -> int:
-    """Record many successes in one statement, each still fenced by its own claim token."""
-    if not jobs:
-        return 0
-    if connection.vendor != "postgresql":
-        return sum(job_complete(job, JobStatus.SUCCEEDED) for job in jobs)
-    rows = ", ".join(["(%s, %s)"] * len(jobs))
-    params: list[Any] = [timezone.now()]
-    for job in jobs:
-        params += [job.pk, job.lease_owner]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Job._meta.db_table} AS job SET status = 'succeeded', last_error = '', "
-            f"updated_at = %s FROM (VALUES {rows}) AS done(id, token) "
-            "WHERE job.id = done.id AND job.status = 'running' AND job.lease_owner = done.token",
-            params,
-        )
-        return cursor.rowcount
+    """Record many successes, each still fenced by its own claim token (one statement on
+    PostgreSQL)."""
+    return job_sql().complete_succeeded(jobs, timezone.now()) if jobs else 0
 
 
 def jobs_due(limit: int = 100) -> list[int]:
@@ -312,29 +255,7 @@ def jobs_fail_expired_leases() -> int:
     jobs were failed."""
     now = timezone.now()
     limit = max_attempts()
-    exhausted = _lease_exhausted(now, limit)
-    failed: list[tuple[int, str, Any, str]] = []
-    if connection.vendor == "postgresql":
-        where, params = _sql(_lease_exhausted, now, limit)
-        before, _, after = _LEASE_EXPIRED.partition("{attempts}")
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {Job._meta.db_table} SET status = 'failed', "
-                "last_error = concat(%s, attempts, %s), updated_at = %s "
-                f"WHERE {where} RETURNING id, kind, instance_id, last_error",
-                [before, after.format(max_attempts=limit), now, *params],
-            )
-            failed = list(cursor.fetchall())
-    else:  # the ORM cannot UPDATE ... RETURNING: one update per job, each fenced the same way
-        candidates = Job.objects.filter(exhausted).values_list(
-            "pk", "kind", "instance_id", "attempts"
-        )
-        for job_id, kind, instance_id, attempts in candidates:
-            error = _LEASE_EXPIRED.format(attempts=attempts, max_attempts=limit)
-            if Job.objects.filter(exhausted, pk=job_id).update(
-                status=JobStatus.FAILED, last_error=error, updated_at=now
-            ):
-                failed.append((job_id, kind, instance_id, error))
+    failed = job_sql().fail_exhausted(now, limit)
     for job_id, kind, instance_id, error in failed:
         logger.warning("job %s (%s) for instance %s failed: %s", job_id, kind, instance_id, error)
     return len(failed)
@@ -346,3 +267,120 @@ def jobs_prune_finished(*, older_than: timedelta | None = None) -> int:
     finished = [JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.SKIPPED]
     cutoff = timezone.now() - age
     return Job.objects.filter(status__in=finished, updated_at__lt=cutoff).delete()[0]
+
+
+# --- SQL dialects: one object per database vendor, chosen once ------------------------------------
+
+
+class PortableJobSql:
+    """Job-row statements any database runs, through the ORM."""
+
+    def claim(self, job_id: int, now: datetime) -> Job | None:
+        """The claim CAS, then the lease token in a second statement fenced by the attempt."""
+        claimed = Job.objects.filter(_due(now, max_attempts()), pk=job_id).update(
+            status=JobStatus.RUNNING,
+            attempts=F("attempts") + 1,
+            lease_until=now + _lease(),
+            updated_at=now,
+        )
+        if not claimed:
+            return None
+        job = Job.objects.get(pk=job_id)
+        token = f"job:{job.pk}:{job.attempts}"
+        # Fencing: only the claim that set this attempt number owns the job now.
+        Job.objects.filter(pk=job.pk, attempts=job.attempts).update(lease_owner=token)
+        job.lease_owner = token
+        return job
+
+    def claim_due(self, now: datetime, limit: int) -> list[Job]:
+        """One claim per due job."""
+        claimed = (self.claim(job_id, now) for job_id in jobs_due(limit))
+        return [job for job in claimed if job is not None]
+
+    def complete_succeeded(self, jobs: list[Job], now: datetime) -> int:
+        """One fenced completion per job."""
+        return sum(job_complete(job, JobStatus.SUCCEEDED) for job in jobs)
+
+    def fail_exhausted(self, now: datetime, limit: int) -> list[tuple[int, str, Any, str]]:
+        """Fail each job whose lease expired on its last attempt, one fenced update each (the
+        ORM cannot UPDATE ... RETURNING); `(id, kind, instance_id, error)` of each."""
+        exhausted = _lease_exhausted(now, limit)
+        failed = []
+        candidates = Job.objects.filter(exhausted).values_list(
+            "pk", "kind", "instance_id", "attempts"
+        )
+        for job_id, kind, instance_id, attempts in candidates:
+            error = _LEASE_EXPIRED.format(attempts=attempts, max_attempts=limit)
+            if Job.objects.filter(exhausted, pk=job_id).update(
+                status=JobStatus.FAILED, last_error=error, updated_at=now
+            ):
+                failed.append((job_id, kind, instance_id, error))
+        return failed
+
+
+class PostgresJobSql(PortableJobSql):
+    """The same statements as single round trips on PostgreSQL."""
+
+    def claim(self, job_id: int, now: datetime) -> Job | None:
+        """The claim CAS, the new attempt and its lease token in one statement."""
+        due, due_params = _sql(_due, now, max_attempts())
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"{_CLAIM_SET} WHERE id = %s AND {due} {_CLAIMED}",
+                [now + _lease(), now, job_id, *due_params],
+            )
+            row = cursor.fetchone()
+        return _claimed(row, now) if row else None
+
+    def claim_due(self, now: datetime, limit: int) -> list[Job]:
+        """One statement. No row locks are taken: two claimers may pick the same ids, and the
+        due re-check in the outer WHERE lets exactly one of them have each job."""
+        due, due_params = _sql(_due, now, max_attempts())
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"{_CLAIM_SET} WHERE id IN (SELECT id FROM {Job._meta.db_table} WHERE {due} "
+                f"ORDER BY run_at LIMIT %s) AND {due} {_CLAIMED}",
+                [now + _lease(), now, *due_params, limit, *due_params],
+            )
+            rows = cursor.fetchall()
+        jobs = [_claimed(row, now) for row in rows]
+        return sorted(jobs, key=lambda job: job.run_at)
+
+    def complete_succeeded(self, jobs: list[Job], now: datetime) -> int:
+        """One UPDATE for the batch, each row fenced by its own token."""
+        rows = ", ".join(["(%s, %s)"] * len(jobs))
+        params: list[Any] = [now]
+        for job in jobs:
+            params += [job.pk, job.lease_owner]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Job._meta.db_table} AS job SET status = 'succeeded', last_error = '', "
+                f"updated_at = %s FROM (VALUES {rows}) AS done(id, token) "
+                "WHERE job.id = done.id AND job.status = 'running' "
+                "AND job.lease_owner = done.token",
+                params,
+            )
+            return cursor.rowcount
+
+    def fail_exhausted(self, now: datetime, limit: int) -> list[tuple[int, str, Any, str]]:
+        """One UPDATE ... RETURNING, fenced by the condition it selects on."""
+        where, params = _sql(_lease_exhausted, now, limit)
+        before, _, after = _LEASE_EXPIRED.partition("{attempts}")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Job._meta.db_table} SET status = 'failed', "
+                "last_error = concat(%s, attempts, %s), updated_at = %s "
+                f"WHERE {where} RETURNING id, kind, instance_id, last_error",
+                [before, after.format(max_attempts=limit), now, *params],
+            )
+            return list(cursor.fetchall())
+
+
+@functools.cache
+def _job_sql_for(vendor: str) -> PortableJobSql:
+    return PostgresJobSql() if vendor == "postgresql" else PortableJobSql()
+
+
+def job_sql() -> PortableJobSql:
+    """The job-row SQL dialect of the default database, chosen once per vendor."""
+    return _job_sql_for(connection.vendor)

@@ -3,13 +3,11 @@ these call the engine with the ORM store."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
@@ -19,14 +17,14 @@ from instances.engine.payload import Payload, split_payload, validate_attributes
 from instances.engine.pipeline import Execution, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.records import InstanceSnapshot, new_etag
-from instances.models import Instance, Job
 from instances.orm_store import (
     OrmStore,
-    snapshot_of,
 )
-from instances.queue import job_enqueue, jobs_dispatch
+from instances.queue import job_enqueue
 from instances.status import InstanceStatus, JobKind, Trigger
 from instances.wiring import engine
+
+_store = OrmStore()
 
 
 @dataclass(frozen=True)
@@ -93,7 +91,7 @@ def instance_start(
     definition = workflow_definition(domain, workflow, version)
     payload = _checked_payload(definition, definition.start, body, info)
     if payload.key:
-        existing = _live_by_key(domain, workflow, payload.key)
+        existing = _store.live_by_key(domain, workflow, payload.key)
         if existing is not None:
             return InstanceOutcome(existing, created=False)
     now = timezone.now()
@@ -115,7 +113,7 @@ def instance_start(
     try:
         execution = engine().execute(definition, snapshot, request, is_new=True)
     except BusinessKeyTaken:
-        existing = _live_by_key(domain, workflow, str(payload.key))
+        existing = _store.live_by_key(domain, workflow, str(payload.key))
         if existing is None:
             raise
         return InstanceOutcome(existing, created=False)
@@ -173,46 +171,37 @@ def instance_start_accept(
     definition = workflow_definition(domain, workflow, version)
     payload = _checked_payload(definition, definition.start, body, info)
     if payload.key:
-        existing = _live_by_key(domain, workflow, payload.key)
+        existing = _store.live_by_key(domain, workflow, payload.key)
         if existing is not None:
             return InstanceOutcome(existing, created=False)
     reservation = f"res:{uuid.uuid4().hex}"
-    now = timezone.now()
     initial = definition.initial_state.key
+    snapshot = InstanceSnapshot(
+        id=uuid.uuid4(),
+        domain=domain,
+        workflow_key=definition.key,
+        workflow_version=definition.version,
+        key=payload.key,
+        current_state=initial,
+        effective_state=initial,
+        etag=new_etag(),
+        entity_etag=new_etag(),
+        tags=payload.tags,
+        stage=payload.stage,
+        created_by=info.actor,
+        modified_by=info.actor,
+    )
+    job_payload = _job_payload(
+        definition.start, payload, body, info, start=True, reservation=reservation
+    )
     try:
-        with transaction.atomic():
-            row = Instance.objects.create(
-                domain=domain,
-                workflow_key=definition.key,
-                workflow_version=definition.version,
-                key=payload.key,
-                status=InstanceStatus.BUSY,
-                busy_owner=reservation,
-                busy_since=now,
-                current_state=initial,
-                effective_state=initial,
-                etag=new_etag(),
-                entity_etag=new_etag(),
-                tags=payload.tags,
-                stage=payload.stage,
-                created_by=info.actor,
-                modified_by=info.actor,
-                created_at=now,
-                updated_at=now,
-            )
-            job_enqueue(
-                kind=JobKind.TRANSITION,
-                instance_id=row.pk,
-                payload=_job_payload(
-                    definition.start, payload, body, info, start=True, reservation=reservation
-                ),
-            )
-    except IntegrityError:
-        existing = _live_by_key(domain, workflow, str(payload.key))
+        created = _store.create_reserved(snapshot, reservation, job_payload)
+    except BusinessKeyTaken:
+        existing = _store.live_by_key(domain, workflow, str(payload.key))
         if existing is None:
             raise
         return InstanceOutcome(existing, created=False)
-    return InstanceOutcome(snapshot_of(row), created=True)
+    return InstanceOutcome(created, created=True)
 
 
 def instance_transition_accept(
@@ -243,70 +232,20 @@ def instance_transition_accept(
     statuses: list[str] = [InstanceStatus.ACTIVE]
     if transition.kind in BUSY_EXEMPT:
         statuses += [InstanceStatus.BUSY, InstanceStatus.FAULTED]
-    if not _reserve_with_job(instance.id, statuses, reservation, job_payload):
-        current = Instance.objects.filter(pk=instance.id).values_list("status", flat=True)
+    if not _store.reserve_with_job(instance.id, statuses, reservation, job_payload):
+        current = _store.status_of(instance.id)
         refusals: dict[str, ErrorCode] = {
             InstanceStatus.FAULTED: Codes.INSTANCE_FAULTED,
             InstanceStatus.COMPLETED: Codes.INSTANCE_COMPLETED,
             InstanceStatus.PASSIVE: Codes.INSTANCE_PASSIVE,
         }
         raise VNextError(
-            refusals.get(str(current.first()), Codes.INSTANCE_BUSY),
+            refusals.get(str(current), Codes.INSTANCE_BUSY),
             "the instance cannot accept this transition now",
             instance_id=str(instance.id),
         )
     instance.status = InstanceStatus.BUSY
     return InstanceOutcome(instance, created=False)
-
-
-# The admission CAS and the job row in one statement: the job exists exactly when the
-# reservation does, and the accept costs one round trip.
-_RESERVE_WITH_JOB = f"""
-WITH reserved AS (
-    UPDATE {Instance._meta.db_table}
-    SET status = 'B', busy_owner = %(reservation)s, busy_since = %(now)s, etag = %(etag)s
-    WHERE id = %(id)s AND status = ANY(%(statuses)s)
-    RETURNING id
-)
-INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, status, attempts,
-                                  lease_owner, last_error, created_at, updated_at)
-SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(now)s, %(now)s
-FROM reserved
-RETURNING id, run_at
-"""
-
-
-def _reserve_with_job(
-    instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
-) -> bool:
-    if connection.vendor != "postgresql":
-        with transaction.atomic():
-            reserved = Instance.objects.filter(pk=instance_id, status__in=statuses).update(
-                status=InstanceStatus.BUSY,
-                busy_owner=reservation,
-                busy_since=timezone.now(),
-                etag=new_etag(),
-            )
-            if reserved:
-                job_enqueue(kind=JobKind.TRANSITION, instance_id=instance_id, payload=payload)
-        return bool(reserved)
-    params: dict[str, Any] = {
-        "id": instance_id,
-        "statuses": [str(status) for status in statuses],
-        "reservation": reservation,
-        "now": timezone.now(),
-        "etag": new_etag(),
-        "kind": JobKind.TRANSITION,
-        "payload": json.dumps(payload, cls=DjangoJSONEncoder),
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(_RESERVE_WITH_JOB, params)
-        created = cursor.fetchone()
-    if created is None:
-        return False
-    job_id, run_at = created
-    transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
-    return True
 
 
 def _admissible(
@@ -375,18 +314,9 @@ def _request(
 
 def instance_snapshot(*, domain: str, workflow: str, ref: str) -> InstanceSnapshot:
     """The instance `ref` (UUID or business key) of a workflow, or 404 `Instance:100017`."""
-    found = OrmStore().find(domain, workflow, ref)
+    found = _store.find(domain, workflow, ref)
     if found is None:
         raise VNextError(
             Codes.INSTANCE_NOT_FOUND, f"workflow {domain}/{workflow} has no instance {ref!r}"
         )
     return found
-
-
-def _live_by_key(domain: str, workflow: str, key: str) -> InstanceSnapshot | None:
-    row = (
-        Instance.objects.filter(domain=domain, workflow_key=workflow, key=key)
-        .exclude(status=InstanceStatus.COMPLETED)
-        .first()
-    )
-    return snapshot_of(row) if row else None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from instances.models import Instance, InstanceTransition
-from instances.status import TransitionStatus
+from instances.orm_store import OrmStore
 from locks.models import ResourceLock
 
 logger = logging.getLogger("vnext.locks")
@@ -29,26 +29,21 @@ def locks_sweep_expired() -> int:
 
 
 def lock_force_release(*, lock: ResourceLock, operator: str) -> None:
-    """An operator releases `lock`; the owner's history records who did it and when."""
+    """An operator releases `lock`; the owner's history records who did it and when, and the key
+    leaves the owner's `resource.locks`."""
     with transaction.atomic():
         deleted = ResourceLock.objects.filter(pk=lock.pk, owner=lock.owner).delete()[0]
-        instance = Instance.objects.filter(pk=lock.owner).first()
-        if deleted and instance is not None:
-            now = timezone.now()
-            InstanceTransition.objects.create(
-                instance=instance,
-                transition_key="operator:force-release-lock",
-                from_state=instance.current_state,
-                to_state=instance.current_state,
-                trigger_type=0,
+        if deleted:
+
+            def without_key(extra: dict[str, Any]) -> dict[str, Any]:
+                held = [key for key in extra.get("resource.locks", []) if key != lock.key]
+                return {**extra, "resource.locks": held}
+
+            OrmStore().record_operator_action(
+                lock.owner,
+                action="operator:force-release-lock",
                 body={"lockKey": lock.key},
                 actor=operator,
-                status=TransitionStatus.COMPLETED,
-                effective_state=instance.effective_state,
-                started_at=now,
-                finished_at=now,
+                change_extra=without_key,
             )
-            extra = dict(instance.extra)
-            extra["resource.locks"] = [k for k in extra.get("resource.locks", []) if k != lock.key]
-            Instance.objects.filter(pk=instance.pk).update(extra=extra)
     logger.info("operator %s force-released lock %s of %s", operator, lock.key, lock.owner)

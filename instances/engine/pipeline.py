@@ -38,6 +38,7 @@ from instances.engine.records import (
     InstanceSnapshot,
     PendingWrites,
     TransitionRow,
+    stage_fault,
 )
 from instances.engine.script_runner import ScriptExecutor, ScriptRunner
 from instances.engine.scripts import ScriptError
@@ -409,16 +410,6 @@ class Execution:
             stage=hop.request.stage,
         )
         return hop.row
-
-
-def stage_fault(writes: PendingWrites, *, state: str, incident: IncidentRow) -> None:
-    """Stage what faulting an instance writes, whatever the cause (a run, the reaper): the
-    Faulted status with Busy cleared, the incident, the cancelled timers of `state`, and the
-    release of every resource lock the instance holds."""
-    writes.incidents.append(incident)
-    writes.set(status=InstanceStatus.FAULTED, busy_owner="", busy_since=None)
-    writes.cancel_timers_of.add(state)
-    writes.release_locks = True
 
 
 def _printable(text: str) -> str:

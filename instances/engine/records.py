@@ -214,3 +214,13 @@ class PendingWrites:
             or self.release_locks
             or self.resolve_incidents is not None
         )
+
+
+def stage_fault(writes: PendingWrites, *, state: str, incident: IncidentRow) -> None:
+    """Stage what faulting an instance writes, whatever the cause (a run, the reaper): the
+    Faulted status with Busy cleared, the incident, the cancelled timers of `state`, and the
+    release of every resource lock the instance holds."""
+    writes.incidents.append(incident)
+    writes.set(status=InstanceStatus.FAULTED, busy_owner="", busy_since=None)
+    writes.cancel_timers_of.add(state)
+    writes.release_locks = True
