@@ -61,7 +61,6 @@ MODULE_ATTRIBUTES: dict[str, frozenset[str]] = {
     ),
 }  # fmt: skip
 
-SCRIPT_ENCODINGS = ("NAT", "B64")
 MAX_SOURCE_CHARACTERS = 256 * 1024
 
 
