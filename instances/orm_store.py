@@ -354,11 +354,7 @@ class PortableSql:
 
     def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
         """The instance `ref` (UUID, or business key: the live instance first) of a workflow."""
-        row = (
-            Instance.objects.filter(instance_lookup(domain, workflow, ref))
-            .order_by("-created_at")
-            .first()
-        )
+        row = newest_instance(domain, workflow, ref)
         return snapshot_of(row) if row else None
 
     def update(
@@ -697,16 +693,21 @@ def instance_lookup(domain: str, workflow: str, ref: str) -> Q:
         return base & Q(key=ref)
 
 
+def newest_instance(domain: str, workflow: str, ref: str) -> Instance | None:
+    """The newest instance of a workflow matching `ref` (UUID or business key), or None."""
+    return (
+        Instance.objects.filter(instance_lookup(domain, workflow, ref))
+        .order_by("-created_at")
+        .first()
+    )
+
+
 class OrmInstanceReader:
     """`InstanceReader` for the Get-instance(s) task types."""
 
     def instance(self, domain: str, workflow: str, ref: str) -> dict[str, Any] | None:
         """`{id, key, status, state, data}` of one instance, or None."""
-        row = (
-            Instance.objects.filter(instance_lookup(domain, workflow, ref))
-            .order_by("-created_at")
-            .first()
-        )
+        row = newest_instance(domain, workflow, ref)
         return _public(row) if row else None
 
     def instances(

@@ -5,11 +5,7 @@ answering `/health` promptly while a script spins in C code or allocates without
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +16,7 @@ import httpx
 import pytest
 
 from tests.engine.builders import state, transition, workflow
-from tests.site.test_make_run import ROOT, free_port
+from tests.site.server import vnext_server
 
 CANARY = "vnext-http-canary-5b2f"
 SECRET_KEY = "http-isolation-secret-key-0c77e1d2a9"
@@ -56,52 +52,18 @@ def attack_workflow() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str], Path]]:
-    folder = tmp_path_factory.mktemp("isolation-server")
-    port = free_port()
     env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{folder / 'vnext.sqlite3'}",
-        "PORT": str(port),
         "SECRET_KEY": SECRET_KEY,
         "VNEXT_ATTACK_CANARY": CANARY,
         "PGPASSWORD": DATABASE_PASSWORD,
         "VNEXT_SCRIPT_TIMEOUT_SECONDS": "1.5",
         "VNEXT_SCRIPT_WORKERS": "2",
-        "PYTHONUNBUFFERED": "1",
     }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    log_path = folder / "server.log"
-    log = log_path.open("w+")
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "vnext_run", "--no-examples"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.3)
-        token = re.search(r"API token:\s+(\w+)", log_path.read_text())
-        assert token, log_path.read_text()
-        headers = {"Authorization": f"Token {token.group(1)}"}
-        yield base, headers, log_path
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        finally:
-            if process.poll() is None:
-                process.kill()
+    folder = tmp_path_factory.mktemp("isolation-server")
+    with vnext_server(folder, env, args=("--no-examples",)) as running:
+        token = re.search(r"API token:\s+(\w+)", running.output())
+        assert token, running.output()
+        yield running.base, {"Authorization": f"Token {token.group(1)}"}, running.log
 
 
 @pytest.fixture(scope="module")
