@@ -1,4 +1,6 @@
-"""Shared fixtures: the conformance corpus, an in-memory resolver, API clients, factories."""
+"""Shared fixtures: the conformance corpus, an in-memory resolver, API clients, factories; and the
+PostgreSQL requirement: a test marked `postgres` (or `concurrency`) errors at setup, saying so,
+when the database is not PostgreSQL, rather than passing or failing for the wrong reason."""
 
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from rest_framework.test import APIClient
 
 from workflows.documents import ComponentRef, detect_kind
 
+NEEDS_POSTGRES = "needs PostgreSQL (DATABASE_URL=postgres://...)"
+_refused: list[str] = []
+
 TESTS_DIR = Path(__file__).resolve().parent
 CORPUS_DIR = TESTS_DIR / "conformance" / "vnext-example"
 EXAMPLES_DIR = TESTS_DIR.parent / "examples"
@@ -28,6 +33,60 @@ def corpus_files() -> list[Path]:
 def load_corpus() -> dict[Path, dict[str, Any]]:
     """The corpus documents by file."""
     return {path: json.loads(path.read_text(encoding="utf-8")) for path in corpus_files()}
+
+
+def _database() -> tuple[str, str]:
+    """The test database's vendor (`postgresql`, `sqlite`, ...) and a name to show for it."""
+    from django.db import connections
+
+    connection = connections["default"]
+    settings = connection.settings_dict
+    name = str(settings.get("NAME"))
+    if settings.get("HOST"):
+        name += f" at {settings['HOST']}:{settings.get('PORT') or 'default port'}"
+    return connection.vendor, name
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Threads or processes racing against the database need PostgreSQL too: a `concurrency`
+    test is also a `postgres` one (before `-m` selects)."""
+    for item in items:
+        if item.get_closest_marker("concurrency") and not item.get_closest_marker("postgres"):
+            item.add_marker(pytest.mark.postgres)
+
+
+def pytest_report_header() -> str:
+    vendor, name = _database()
+    return f"database: {vendor} ({name})"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `postgres` test on another database errors before it starts: a skip would hide the
+    coverage that is missing, a run would pass or fail for the wrong reason. `make test`
+    always runs on PostgreSQL."""
+    if not item.get_closest_marker("postgres"):
+        return
+    vendor, _ = _database()
+    if vendor != "postgresql":
+        _refused.append(item.nodeid)
+        pytest.fail(
+            f"{NEEDS_POSTGRES}: the test database is {vendor}. `make test` runs the "
+            "suite on PostgreSQL; to run pytest directly set DATABASE_URL=postgres://..., or "
+            "leave these tests out with -m 'not postgres'.",
+            pytrace=False,
+        )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _refused:
+        vendor, _ = _database()
+        terminalreporter.write_line(
+            f"{len(_refused)} test(s) marked postgres did not run, the database is {vendor}: "
+            f"{NEEDS_POSTGRES}, or -m 'not postgres' to leave them out.",
+            red=True,
+            bold=True,
+        )
 
 
 class DictResolver:
@@ -45,7 +104,7 @@ def _fresh_component_cache():
     """The registry is emptied between tests; published versions are otherwise immutable, so
     the engine caches them for the life of the process."""
     yield
-    from instances.services import engine
+    from instances.wiring import engine
 
     components = engine().components
     if hasattr(components, "clear"):

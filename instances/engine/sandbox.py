@@ -23,6 +23,7 @@ import builtins
 import collections
 import copy
 import decimal
+import sys
 import time
 import traceback
 import types
@@ -463,6 +464,10 @@ class _Budget:
             raise _BudgetExpired()
 
 
+# Modules that C code of the allowed modules imports on use (see guarded_import).
+_C_LAZY_IMPORTS = frozenset({"time", "_strptime"})
+
+
 def _namespace(
     compiled: CompiledScript, allowed: frozenset[str], budget: _Budget, log: ScriptLog
 ) -> dict[str, Any]:
@@ -471,6 +476,12 @@ def _namespace(
     ) -> Any:
         if level:
             raise _Refusal("relative imports are not allowed")
+        if type(fromlist) is list and not fromlist and name in _C_LAZY_IMPORTS:
+            # PyImport_Import from C code of an allowed module (datetime's strftime imports
+            # `time`, and from 3.13 strptime imports `_strptime` on every call) goes through the
+            # calling frame's __import__ with an empty list, then reads sys.modules itself. A
+            # script's own import passes None or a tuple, so it still meets the checks below.
+            return sys.modules.get(name) or builtins.__import__(name)
         if not is_module_allowed(name, allowed):
             raise _Refusal(
                 forbidden_module_reason(name)

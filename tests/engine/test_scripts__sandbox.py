@@ -200,6 +200,21 @@ def handler(context):
 """
         assert run(source) == ["2024-01-31T10:20:00", "fdfe", "xn--bcher-kva.de"]
 
+    def test_what_c_code_of_an_allowed_module_imports_works_but_scripts_still_cannot(self, run):
+        # datetime's strftime imports `time` from C; the script itself may not import it.
+        source = """
+import datetime
+
+def handler(context):
+    moment = datetime.datetime(2024, 1, 31, 10, 20)
+    return [moment.strftime("%d.%m.%Y %H:%M"), f"{moment:%Y}", list(moment.timetuple())[:3]]
+"""
+        assert run(source) == ["31.01.2024 10:20", "2024", [2024, 1, 31]]
+        with pytest.raises(ScriptRefused, match="'time' is not one scripts may import"):
+            run("import time\n" + handler_of("return time.time()"))
+        with pytest.raises(ScriptCompileError, match="_strptime"):
+            run("import _strptime\n" + handler_of("return 1"))
+
     def test_log_lines_cannot_forge_other_log_entries(self, run, caplog):
         with caplog.at_level("INFO", logger="vnext.scripts"):
             run(handler_of("log.info('one\\nFORGED root entry')\nreturn 1"))

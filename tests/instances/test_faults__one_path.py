@@ -172,6 +172,7 @@ def test_the_reaper_faults_like_a_run_locks_released_and_timers_cancelled(
     assert (incident.error_code, incident.state) == ("Instance:StrandedBusy", "waiting")
 
 
+@pytest.mark.postgres  # SQLite stores a NUL character; PostgreSQL refuses it
 def test_a_write_the_database_refuses_after_busy_faults_at_once(operator_client):
     # The HTTP task's answer holds a NUL character: Busy was taken for the task, and PostgreSQL
     # refuses the answer's journal row when the run commits.
@@ -192,6 +193,7 @@ def test_a_write_the_database_refuses_after_busy_faults_at_once(operator_client)
     assert Job.objects.get(instance_id=started, kind="timer").status == "cancelled"
 
 
+@pytest.mark.postgres
 def test_a_body_the_database_refuses_is_a_clean_400_before_any_io(operator_client, started):
     before = Instance.objects.get(pk=started)
 
@@ -203,6 +205,7 @@ def test_a_body_the_database_refuses_is_a_clean_400_before_any_io(operator_clien
     assert not Incident.objects.filter(instance_id=started).exists()
 
 
+@pytest.mark.postgres
 def test_a_refused_write_without_io_is_a_clean_400_with_nothing_written(operator_client, started):
     before = Instance.objects.get(pk=started)
 
