@@ -24,3 +24,9 @@ def report(name: str, seconds: float, baseline_name: str, baseline: float) -> No
         f"{name:<44} {seconds * 1e6:9.1f} us   {baseline_name}: {baseline * 1e6:8.2f} us   "
         f"ratio {seconds / baseline:6.1f}x"
     )
+
+
+def percentile(values: list[int] | list[float], fraction: float) -> float:
+    """The nearest-rank percentile of `values` (`fraction` 0.5 = the median)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]

@@ -2,8 +2,9 @@
 
 Domain `bench`; `ping` (Initial) and `pong` (Intermediate); manual transitions `to-pong`
 (ping -> pong) and `to-ping` (pong -> ping); `versionStrategy` "None" everywhere, no schema, no
-view, no scripts. The `-task` variant runs one script task (type 7, handlers returning `{}`) on
-both transitions, so each of its transitions takes the Busy flag by compare-and-set first.
+view, no scripts. The `-task` variant runs one script task (type 7) on both transitions, so each
+of its transitions takes the Busy flag by compare-and-set first; the task's mapping has an input
+and an output handler returning `{}`: exactly two script calls per transition.
 """
 
 from __future__ import annotations
