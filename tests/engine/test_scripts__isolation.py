@@ -318,6 +318,8 @@ class TestBoundary:
         finally:
             pool.close()
 
+    # Forking a threaded process is what Celery prefork and gunicorn do; that is the point.
+    @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
     def test_a_forked_child_gets_its_own_pool(self):
         from instances.engine import script_pool as module
 
