@@ -15,6 +15,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -107,6 +108,17 @@ def snapshot_of(row: Instance) -> InstanceSnapshot:
         data=row.data,
         data_version=(row.data_version_major, row.data_version_minor, row.data_version_patch),
     )
+
+
+@dataclass(frozen=True)
+class FaultToRetry:
+    """The faulted transition a retry re-runs and the step it resumes at (empty: from the
+    start)."""
+
+    transition_key: str
+    from_state: str
+    trigger: int
+    step: str
 
 
 class _GuardFailed(Exception):
@@ -247,6 +259,34 @@ class OrmStore:
             return True
         return False
 
+    def fault_to_retry(self, instance: InstanceSnapshot) -> FaultToRetry | None:
+        """What a retry of a Faulted instance re-runs: the transition of its newest open
+        incident (or, for the reaper's, its newest faulted history row) and the step that
+        failed; None when there is no faulted transition."""
+        incident = (
+            Incident.objects.filter(instance_id=instance.id, resolved=False)
+            .order_by("-created_at")
+            .first()
+        )
+        rows = InstanceTransition.objects.filter(
+            instance_id=instance.id, status=TransitionStatus.FAULTED
+        ).order_by("-started_at")
+        row = None
+        if incident is not None and incident.transition_id is not None:
+            row = rows.filter(pk=incident.transition_id).first()
+        row = row or rows.first()
+        if row is None:
+            return None
+        step = incident.step if incident is not None else ""
+        if not step and row.to_state and row.to_state == instance.current_state != row.from_state:
+            step = "ON_ENTRY"  # the stranded run had committed ChangeState
+        return FaultToRetry(
+            transition_key=row.transition_key,
+            from_state=row.from_state,
+            trigger=int(row.trigger_type),
+            step=step,
+        )
+
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
         """Busy owner = `owner` if the instance is Active or Busy (cancel/exit/timeout)."""
         live = [InstanceStatus.ACTIVE, InstanceStatus.BUSY, InstanceStatus.FAULTED]
@@ -369,6 +409,8 @@ class PortableSql:
             )
         elif guard.kind is GuardKind.OWNER:
             queryset = queryset.filter(status=InstanceStatus.BUSY, busy_owner=guard.owner)
+        elif guard.kind is GuardKind.FAULTED:
+            queryset = queryset.filter(status=InstanceStatus.FAULTED)
         else:
             queryset = queryset.exclude(status=InstanceStatus.COMPLETED)
         row = queryset.first()
@@ -598,6 +640,8 @@ def _guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
         }
     if guard.kind is GuardKind.OWNER:
         return "status = 'B' AND busy_owner = %(guard_owner)s", {"guard_owner": guard.owner}
+    if guard.kind is GuardKind.FAULTED:
+        return "status = 'F'", {}
     return "status <> 'C'", {}
 
 

@@ -150,6 +150,8 @@ def state_function(
         if kind:
             entry["kind"] = kind
         transitions.append(entry)
+    if faulted:
+        transitions.append({"name": "retry", "href": _href(base, "retry"), "kind": "retry"})
     timers = Job.objects.filter(
         instance_id=instance.id, kind=JobKind.TIMER, status=JobStatus.PENDING
     ).order_by("run_at")

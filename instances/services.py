@@ -16,8 +16,10 @@ from instances.engine.outcomes import BUSY_EXEMPT
 from instances.engine.payload import Payload, split_payload, validate_attributes
 from instances.engine.pipeline import Execution, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
-from instances.engine.records import InstanceSnapshot, new_etag
+from instances.engine.profiles import Order
+from instances.engine.records import Guard, GuardKind, InstanceSnapshot, PendingWrites, new_etag
 from instances.orm_store import (
+    FaultToRetry,
     OrmStore,
 )
 from instances.queue import job_enqueue
@@ -136,6 +138,78 @@ def instance_transition(
     request = _request(transition, payload, body, info)
     execution = engine().execute(definition, instance, request)
     return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
+def instance_retry(
+    *, domain: str, workflow: str, ref: str, body: Any, info: RequestInfo
+) -> InstanceOutcome:
+    """An operator retries a Faulted instance: the body's attributes are merged first (the
+    correction), then the faulting transition runs again from the step that failed (a fault in
+    OnEntry re-runs OnEntry, not OnExecute). The instance goes from Faulted to Busy by
+    compare-and-set, so of two concurrent retries one runs and the other gets 409. A run that
+    ends without a fault closes the open incidents (`retried`); one that faults again opens a
+    new incident and the instance stays retryable."""
+    instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    if instance.status != InstanceStatus.FAULTED:
+        raise VNextError(
+            Codes.INSTANCE_NOT_FAULTED,
+            f"instance is not faulted (status {instance.status}); only a faulted one is retried",
+            instance_id=str(instance.id),
+        )
+    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
+    fault = _store.fault_to_retry(instance)
+    transition = _faulted_transition(definition, fault) if fault else None
+    if fault is None or transition is None:
+        raise VNextError(
+            Codes.INSTANCE_FAULTED,
+            "no faulted transition of this instance can be run again; cancel it instead",
+            instance_id=str(instance.id),
+        )
+    owner = f"retry:{uuid.uuid4().hex}"
+    writes = PendingWrites()
+    writes.set(status=InstanceStatus.BUSY, busy_owner=owner, busy_since=timezone.now())
+    writes.merge_data(_correction(body), transition.version_strategy)
+    taken = _store.flush(instance, writes, Guard(GuardKind.FAULTED))
+    if taken is None:
+        raise VNextError(
+            Codes.INSTANCE_BUSY,
+            "the instance is no longer faulted: another retry or a cancel took it",
+            instance_id=str(instance.id),
+        )
+    step = Order[fault.step] if fault.step in Order.__members__ else None
+    request = TransitionRequest(
+        transition=transition,
+        trigger=Trigger.of(fault.trigger),
+        headers=dict(info.headers or {}),
+        query=dict(info.query or {}),
+        actor=info.actor,
+        resume_at=step if step is not None and step > Order.CREATE_TRANSITION else None,
+        resume_from_state=fault.from_state or None,
+        resolves_incidents="retried",
+    )
+    execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
+    return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
+def _faulted_transition(
+    definition: WorkflowDefinition, fault: FaultToRetry
+) -> TransitionDef | None:
+    if fault.transition_key == definition.start.key and not fault.from_state:
+        return definition.start
+    found = definition.transition_for(fault.from_state, fault.transition_key)
+    if found is not None:
+        return found
+    specials = [*definition.specials(), definition.timeout]
+    return next((t for t in specials if t is not None and t.key == fault.transition_key), None)
+
+
+def _correction(body: Any) -> dict[str, Any]:
+    # `{"attributes": {...}}` or the attributes themselves; nothing else is data.
+    if isinstance(body, dict) and isinstance(body.get("attributes"), dict):
+        return dict(body["attributes"])
+    if isinstance(body, dict) and "attributes" not in body:
+        return dict(body)
+    raise VNextError(Codes.APP_INVALID_REQUEST, "the correction must be a JSON object")
 
 
 # Headers never written to a job row: credentials stay out of the database.

@@ -9,7 +9,7 @@ Plain Python enums (the engine imports them and stays free of Django); models ta
 from __future__ import annotations
 
 from enum import Enum, IntEnum, StrEnum
-from typing import Any
+from typing import Any, Self, cast
 
 
 class TextChoices(StrEnum):
@@ -28,6 +28,14 @@ class IntegerChoices(IntEnum):
     """An integer enum whose members are declared `NAME = value, "Label"`."""
 
     label: str
+
+    @classmethod
+    def of(cls, value: int) -> Self:
+        """The member whose value is `value` (ValueError when there is none)."""
+        found = cls._value2member_map_.get(value)
+        if found is None:
+            raise ValueError(f"{value!r} is not a valid {cls.__name__}")
+        return cast(Self, found)
 
     def __new__(cls, value: int, label: str) -> IntegerChoices:
         member = int.__new__(cls, value)

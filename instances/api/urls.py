@@ -17,6 +17,7 @@ urlpatterns = [
         name="instance-transition",
     ),
     path(f"{ONE}/transitions", views.InstanceHistoryView.as_view(), name="instance-history"),
+    path(f"{ONE}/retry", views.InstanceRetryView.as_view(), name="instance-retry"),
     path(f"{ONE}/incidents", views.InstanceIncidentListView.as_view(), name="instance-incidents"),
     path(
         f"{ONE}/incidents/active",

@@ -29,6 +29,7 @@ from instances.selectors import (
 from instances.services import (
     InstanceOutcome,
     RequestInfo,
+    instance_retry,
     instance_snapshot,
     instance_start,
     instance_start_accept,
@@ -122,6 +123,24 @@ class InstanceTransitionView(APIView):
             info=_info(request),
         )
         return _answer(outcome, accepted=not sync)
+
+
+class InstanceRetryView(APIView):
+    """Retry a Faulted instance."""
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT},
+        summary="Retry a faulted instance",
+    )
+    def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
+        """Merge the body's attributes, then re-run the faulting transition from the step that
+        failed; 400 `Instance:100027` when the instance is not faulted, 409 when another retry
+        has it. Runs synchronously and answers with the instance's envelope."""
+        outcome = instance_retry(
+            domain=domain, workflow=workflow, ref=instance, body=request.data, info=_info(request)
+        )
+        return _answer(outcome, accepted=False)
 
 
 class InstanceDetailView(APIView):

@@ -69,6 +69,9 @@ class TransitionRequest:
     row_seed: uuid.UUID | None = None
     # The job attempt running this request (incidents record it); None for a client's call.
     attempt: int | None = None
+    # An operator's retry: when the run ends without a fault, the open incidents are closed
+    # with this resolution (`retried`).
+    resolves_incidents: str = ""
     # Resume a hop whose ChangeState was committed by an earlier, interrupted run.
     resume_at: Order | None = None
     resume_from_state: str | None = None

@@ -259,6 +259,8 @@ class InMemoryStore:
             ok = row.status == InstanceStatus.ACTIVE and row.state_version == guard.state_version
         elif guard.kind is GuardKind.OWNER:
             ok = row.status == InstanceStatus.BUSY and row.busy_owner == guard.owner
+        elif guard.kind is GuardKind.FAULTED:
+            ok = row.status == InstanceStatus.FAULTED
         else:
             ok = row.status != InstanceStatus.COMPLETED
         return row if ok else None

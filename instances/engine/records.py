@@ -157,6 +157,7 @@ class GuardKind(Enum):
     OPTIMISTIC = "optimistic"  # status = 'A' and state_version unchanged since the load
     OWNER = "owner"  # status = 'B' and busy_owner = this pipeline
     LOCK_FREE = "lock_free"  # updateData: any live status; touches data only
+    FAULTED = "faulted"  # an operator's retry takes a Faulted instance: status = 'F'
 
 
 @dataclass(frozen=True)

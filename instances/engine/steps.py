@@ -586,6 +586,10 @@ class ResolveAvailableStep(Step):
                 execution.lock_free = False
             return Outcome.proceed()
         completed = hop.completed or execution.instance.status == InstanceStatus.COMPLETED
+        first = execution.hops[0].request
+        if first.resolves_incidents:
+            # The retried run ended without a fault: what it repaired is closed with it.
+            execution.writes.resolve_incidents = (first.resolves_incidents, first.actor)
         execution.release(InstanceStatus.COMPLETED if completed else InstanceStatus.ACTIVE)
         return Outcome.proceed()
 

@@ -130,7 +130,11 @@ def test_listing_instance_and_state_function_agree_on_the_open_incident(operator
     assert state["incident"]["hasActiveIncident"] is True
     assert item["metadata"]["incident"]["active"]["id"] == state["incident"]["active"]["id"]
     # Only what a faulted instance can run is offered.
-    assert [t["name"] for t in state["transitions"]] == ["cancel"]
+    assert [(t["name"], t.get("kind")) for t in state["transitions"]] == [
+        ("cancel", "cancel"),
+        ("retry", "retry"),
+    ]
+    assert state["transitions"][1]["href"].endswith(f"/{started}/retry")
     assert fire(operator_client, started, "ok").status_code == 409
 
 
