@@ -27,7 +27,7 @@ from instances.engine.pipeline import TransitionRequest
 from instances.engine.profiles import Order
 from instances.engine.records import IncidentRow
 from instances.models import InstanceTransition, Job
-from instances.orm_store import OrmStore
+from instances.orm_store import FaultToRetry, OrmStore
 from instances.queue import (
     backoff,
     job_claim,
@@ -37,6 +37,7 @@ from instances.queue import (
     jobs_fail_expired_leases,
     max_attempts,
 )
+from instances.services import retry_request
 from instances.status import InstanceStatus, JobKind, JobStatus, TransitionStatus, Trigger
 from instances.wiring import engine
 from vnext.conf import vnext_setting
@@ -215,6 +216,9 @@ def _handle_transition(job: Job) -> None:
             f"instance {job.instance_id} is no longer reserved for this job "
             f"(status {instance.status})"
         )
+    if isinstance(payload.get("retry"), dict):
+        _run_retry(job, loaded)
+        return
     key = payload["transition"]
     is_start = bool(payload.get("start"))
     transition: TransitionDef | None
@@ -247,6 +251,29 @@ def _handle_transition(job: Job) -> None:
             request,
             owner=None if lock_free else job.lease_owner,
             reserved=not lock_free,
+        )
+    except PipelineFault as fault:
+        raise InstanceFaulted(fault.code, fault.message) from fault
+    except Rejected as refused:
+        raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
+
+
+def _run_retry(job: Job, loaded: _Loaded) -> None:
+    # An operator's async retry: the same request as a sync one, resumable like any job.
+    payload = job.payload
+    request = retry_request(
+        loaded.definition,
+        FaultToRetry(**payload["retry"]),
+        actor=payload.get("actor") or "",
+        headers=payload.get("headers") or {},
+        query=payload.get("query") or {},
+    )
+    request.row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
+    request.attempt = job.attempts
+    _resume_if_partially_committed(request, loaded.instance, request.row_seed)
+    try:
+        engine().execute(
+            loaded.definition, loaded.instance, request, owner=job.lease_owner, reserved=True
         )
     except PipelineFault as fault:
         raise InstanceFaulted(fault.code, fault.message) from fault

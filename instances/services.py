@@ -4,7 +4,7 @@ these call the engine with the ORM store."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db import transaction
@@ -141,14 +141,14 @@ def instance_transition(
 
 
 def instance_retry(
-    *, domain: str, workflow: str, ref: str, body: Any, info: RequestInfo
+    *, domain: str, workflow: str, ref: str, body: Any, info: RequestInfo, sync: bool = True
 ) -> InstanceOutcome:
     """An operator retries a Faulted instance: the body's attributes are merged first (the
     correction), then the faulting transition runs again from the step that failed (a fault in
     OnEntry re-runs OnEntry, not OnExecute). The instance goes from Faulted to Busy by
     compare-and-set, so of two concurrent retries one runs and the other gets 409. A run that
     ends without a fault closes the open incidents (`retried`); one that faults again opens a
-    new incident and the instance stays retryable."""
+    new incident and the instance stays retryable. With `sync=False` a job runs it (202)."""
     instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
     if instance.status != InstanceStatus.FAULTED:
         raise VNextError(
@@ -158,37 +158,65 @@ def instance_retry(
         )
     definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
     fault = _store.fault_to_retry(instance)
-    transition = _faulted_transition(definition, fault) if fault else None
-    if fault is None or transition is None:
-        raise VNextError(
-            Codes.INSTANCE_FAULTED,
-            "no faulted transition of this instance can be run again; cancel it instead",
-            instance_id=str(instance.id),
-        )
+    headers = {k: v for k, v in (info.headers or {}).items() if k not in _SECRET_HEADERS}
+    request = retry_request(
+        definition, fault, actor=info.actor, headers=headers, query=dict(info.query or {})
+    )
     owner = f"retry:{uuid.uuid4().hex}"
     writes = PendingWrites()
     writes.set(status=InstanceStatus.BUSY, busy_owner=owner, busy_since=timezone.now())
-    writes.merge_data(_correction(body), transition.version_strategy)
-    taken = _store.flush(instance, writes, Guard(GuardKind.FAULTED))
+    writes.merge_data(_correction(body), request.transition.version_strategy)
+    with transaction.atomic():
+        taken = _store.flush(instance, writes, Guard(GuardKind.FAULTED))
+        if taken is not None and not sync and fault is not None:
+            payload = {
+                "retry": asdict(fault),
+                "transition": request.transition.key,
+                "reservation": owner,
+                "actor": info.actor,
+                "headers": headers,
+                "query": request.query,
+            }
+            job_enqueue(kind=JobKind.TRANSITION, instance_id=instance.id, payload=payload)
     if taken is None:
         raise VNextError(
             Codes.INSTANCE_BUSY,
             "the instance is no longer faulted: another retry or a cancel took it",
             instance_id=str(instance.id),
         )
+    if not sync:
+        return InstanceOutcome(taken, created=False)
+    execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
+    return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
+def retry_request(
+    definition: WorkflowDefinition,
+    fault: FaultToRetry | None,
+    *,
+    actor: str,
+    headers: dict[str, str],
+    query: dict[str, Any],
+) -> TransitionRequest:
+    """The request that re-runs `fault`'s transition from its failed step (a sync retry, or the
+    job of an async one)."""
+    transition = _faulted_transition(definition, fault) if fault else None
+    if fault is None or transition is None:
+        raise VNextError(
+            Codes.INSTANCE_FAULTED,
+            "no faulted transition of this instance can be run again; cancel it instead",
+        )
     step = Order[fault.step] if fault.step in Order.__members__ else None
-    request = TransitionRequest(
+    return TransitionRequest(
         transition=transition,
         trigger=Trigger.of(fault.trigger),
-        headers=dict(info.headers or {}),
-        query=dict(info.query or {}),
-        actor=info.actor,
+        headers=headers,
+        query=query,
+        actor=actor,
         resume_at=step if step is not None and step > Order.CREATE_TRANSITION else None,
         resume_from_state=fault.from_state or None,
         resolves_incidents="retried",
     )
-    execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
-    return InstanceOutcome(execution.instance, created=False, execution=execution)
 
 
 def _faulted_transition(

@@ -130,17 +130,24 @@ class InstanceRetryView(APIView):
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT},
+        parameters=[SYNC],
+        responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT},
         summary="Retry a faulted instance",
     )
     def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """Merge the body's attributes, then re-run the faulting transition from the step that
         failed; 400 `Instance:100027` when the instance is not faulted, 409 when another retry
-        has it. Runs synchronously and answers with the instance's envelope."""
+        has it. `sync=true`: 200 envelope; default: 202 and a job runs it."""
+        sync = _is_sync(request)
         outcome = instance_retry(
-            domain=domain, workflow=workflow, ref=instance, body=request.data, info=_info(request)
+            domain=domain,
+            workflow=workflow,
+            ref=instance,
+            body=request.data,
+            info=_info(request),
+            sync=sync,
         )
-        return _answer(outcome, accepted=False)
+        return _answer(outcome, accepted=not sync)
 
 
 class InstanceDetailView(APIView):

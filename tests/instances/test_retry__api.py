@@ -8,6 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from instances.job_handlers import jobs_run_due
 from instances.models import Incident, Instance, InstanceTransition
 from tests.engine.builders import state, task_ref, transition, workflow
 from tests.instances.http_server import http_server
@@ -44,7 +45,7 @@ def compute(client, instance_id: str):
 
 
 def retry(client, instance_id: str, body=None):
-    return client.post(f"{BASE}/{instance_id}/retry", body or {}, format="json")
+    return client.post(f"{BASE}/{instance_id}/retry?sync=true", body or {}, format="json")
 
 
 @pytest.mark.django_db
@@ -148,3 +149,21 @@ def test_two_concurrent_retries_one_runs_the_other_gets_409(operator, operator_c
     assert (row.status, row.current_state, row.busy_owner) == ("A", "working", "")
     completed = InstanceTransition.objects.filter(instance_id=instance_id, status="completed")
     assert completed.filter(transition_key="compute").count() == 1
+
+
+@pytest.mark.django_db
+def test_an_async_retry_answers_202_and_its_job_runs_the_retry(operator_client):
+    publish(repairable(on_execute=[DIVIDE]))
+    instance_id = started(operator_client)
+    compute(operator_client, instance_id)
+
+    accepted = operator_client.post(
+        f"{BASE}/{instance_id}/retry?sync=false", {"divisor": 2}, format="json"
+    )
+
+    assert (accepted.status_code, accepted.json()["status"]) == (202, "B")
+    assert retry(operator_client, instance_id).status_code == 400  # Busy now, not faulted
+    assert jobs_run_due() == {"succeeded": 1}
+    row = Instance.objects.get(pk=instance_id)
+    assert (row.status, row.current_state, row.data["quotient"]) == ("A", "working", 5.0)
+    assert Incident.objects.get(instance_id=instance_id).resolution == "retried"
