@@ -1,5 +1,8 @@
 """Admin for instances: find them by workflow, status, state, date, id or key; read their
-history, tasks and incidents. Status changes happen through services, never by editing rows."""
+history, tasks, incidents and the operators' audit trail. Status changes happen through services,
+never by editing rows: operators (the `instances.change_instance` permission) retry, cancel or
+resolve instances with actions that confirm first and call the same services as the API and
+`manage.py instances_retry`."""
 
 from __future__ import annotations
 
@@ -7,12 +10,30 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from instances.job_handlers import REPLAYED, job_replay
-from instances.models import Incident, Instance, InstanceTask, InstanceTransition, Job
+from instances.models import (
+    Incident,
+    Instance,
+    InstanceTask,
+    InstanceTransition,
+    Job,
+    OperatorAction,
+)
+from instances.services import (
+    OperatorResult,
+    incident_resolve,
+    operator_action_record,
+    operator_cancel,
+    operator_retry,
+    retry_plan,
+)
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -67,9 +88,29 @@ class IncidentInline(_ReadOnlyInline):
     )
 
 
+class OperatorActionInline(_ReadOnlyInline):
+    """The audit trail of operators' actions on the instance, newest first."""
+
+    model = OperatorAction
+    fields = readonly_fields = ("created_at", "actor", "action", "target", "outcome")
+    ordering = ["-created_at"]
+    verbose_name_plural = "Operator actions (audit)"
+
+
+# The operator actions of the instance admin; posting one needs `instances.change_instance`.
+OPERATOR_ACTIONS = ("retry", "cancel", "resolve_incidents")
+_LEVELS = {
+    "retried": messages.SUCCESS,
+    "cancelled": messages.SUCCESS,
+    "resolved": messages.SUCCESS,
+    "skipped": messages.INFO,
+}
+
+
 @admin.register(Instance)
 class InstanceAdmin(admin.ModelAdmin):
-    """The instance inspector."""
+    """The instance inspector. Every field stays read-only; the change permission only unlocks
+    the operator actions."""
 
     list_display = ["id", "workflow_key", "key", "status", "current_state", "updated_at"]
     list_filter = ["status", "workflow_key", "current_state", "domain"]
@@ -94,7 +135,8 @@ class InstanceAdmin(admin.ModelAdmin):
         "pretty_data",
         "pretty_extra",
     )
-    inlines = [TransitionInline, TaskInline, IncidentInline]
+    inlines = [TransitionInline, TaskInline, IncidentInline, OperatorActionInline]
+    actions = ["retry", "cancel", "resolve_incidents"]
 
     @admin.display(description="Data")
     def pretty_data(self, instance: Instance) -> str:
@@ -108,11 +150,109 @@ class InstanceAdmin(admin.ModelAdmin):
             "<pre>{}</pre>", json.dumps(instance.extra, indent=2, ensure_ascii=False)
         )
 
+    @admin.action(description="Retry the selected faulted instances", permissions=["change"])
+    def retry(self, request: HttpRequest, queryset: QuerySet[Instance]) -> TemplateResponse | None:
+        """Confirm (what re-runs, which incident it resolves), then `operator_retry` each."""
+        instances = list(queryset.order_by("created_at"))
+        if request.POST.get("confirm") != "yes":
+            plans = [retry_plan(instance=instance) for instance in instances]
+            return self._confirmation(request, "retry", "Retry", plans=plans)
+        actor = request.user.get_username()
+        self._report(request, [operator_retry(instance=i, actor=actor) for i in instances])
+        return None
+
+    @admin.action(description="Cancel the selected instances", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Instance]) -> TemplateResponse | None:
+        """Confirm with a reason, then `operator_cancel` each (the workflow's cancel)."""
+        instances = list(queryset.order_by("created_at"))
+        if request.POST.get("confirm") != "yes":
+            return self._confirmation(request, "cancel", "Cancel", instances=instances)
+        actor = request.user.get_username()
+        reason = request.POST.get("reason", "").strip()
+        self._report(
+            request,
+            [operator_cancel(instance=i, actor=actor, reason=reason) for i in instances],
+        )
+        return None
+
+    @admin.action(
+        description="Resolve open incidents without retry (status unchanged)",
+        permissions=["change"],
+    )
+    def resolve_incidents(
+        self, request: HttpRequest, queryset: QuerySet[Instance]
+    ) -> TemplateResponse | None:
+        """For causes repaired outside: close the open incidents; the instance stays as it is."""
+        instances = list(queryset.order_by("created_at"))
+        if request.POST.get("confirm") != "yes":
+            plans = [retry_plan(instance=instance) for instance in instances]
+            return self._confirmation(
+                request, "resolve_incidents", "Resolve without retry", plans=plans
+            )
+        actor = request.user.get_username()
+        self._report(request, [incident_resolve(instance=i, actor=actor) for i in instances])
+        return None
+
+    def _confirmation(
+        self, request: HttpRequest, action: str, title: str, **rows: Any
+    ) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{title}: are you sure?",
+            "action": action,
+            "action_title": title,
+            "opts": self.model._meta,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+            **rows,
+        }
+        return TemplateResponse(
+            request, "admin/instances/instance/operator_action_confirmation.html", context
+        )
+
+    def _report(self, request: HttpRequest, results: list[OperatorResult]) -> None:
+        for result in results:
+            self.message_user(request, str(result), _LEVELS.get(result.outcome, messages.ERROR))
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """An operator action posted by hand without the permission is a 403, not a quiet
+        'no action selected'."""
+        if (
+            request.method == "POST"
+            and request.POST.get("action") in OPERATOR_ACTIONS
+            and not self.has_change_permission(request)
+        ):
+            raise PermissionDenied
+        return super().changelist_view(request, extra_context)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        """Read-only for everyone: no save buttons, and no saving the row by POST."""
+        if request.method == "POST":
+            raise PermissionDenied
+        extra_context = {
+            **(extra_context or {}),
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+            "show_delete": False,
+        }
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+        """Operators only; it unlocks the actions, never the fields (all are read-only)."""
+        return request.user.has_perm("instances.change_instance")
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -140,7 +280,17 @@ class JobAdmin(admin.ModelAdmin):
 
     def _replay(self, request: HttpRequest, queryset: QuerySet[Job], *, force: bool) -> None:
         operator = request.user.get_username()
-        results = [job_replay(job=job, force=force, operator=operator) for job in queryset]
+        results = []
+        for job in queryset:
+            result = job_replay(job=job, force=force, operator=operator)
+            operator_action_record(
+                actor=operator,
+                action=OperatorAction.Action.REPLAY,
+                instance_id=job.instance_id,
+                target=f"job {job.pk} ({job.kind})" + (" forced" if force else ""),
+                outcome=str(result),
+            )
+            results.append(result)
         replayed = [result for result in results if result.outcome == REPLAYED]
         if replayed:
             self.message_user(request, f"{len(replayed)} job(s) replayed", messages.SUCCESS)

@@ -253,3 +253,36 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.pk} [{self.status}]"
+
+
+class OperatorAction(models.Model):
+    """The audit trail of operators' tools (admin actions and commands): who did what, when, to
+    which instance (none for a job without one), and how it ended."""
+
+    class Action(models.TextChoices):
+        RETRY = "retry", "Retry"
+        CANCEL = "cancel", "Cancel"
+        RESOLVE = "resolve", "Resolve without retry"
+        REPLAY = "replay", "Replay job"
+        FORCE_RELEASE = "force-release", "Force-release lock"
+
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=20, choices=Action.choices)
+    instance = models.ForeignKey(
+        Instance,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="operator_actions",
+        db_index=False,  # covered by the (instance, created_at) index
+    )
+    target = models.CharField(max_length=200, blank=True)
+    outcome = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["instance", "created_at"], name="operator_action_trail")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor}: {self.target} -> {self.outcome}"

@@ -12,15 +12,17 @@ from django.utils import timezone
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, VNextError
-from instances.engine.outcomes import BUSY_EXEMPT
+from instances.engine.outcomes import BUSY_EXEMPT, PipelineFault
 from instances.engine.payload import Payload, split_payload, validate_attributes
 from instances.engine.pipeline import Execution, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.profiles import Order
 from instances.engine.records import Guard, GuardKind, InstanceSnapshot, PendingWrites, new_etag
+from instances.models import Incident, Instance, OperatorAction
 from instances.orm_store import (
     FaultToRetry,
     OrmStore,
+    snapshot_of,
 )
 from instances.queue import job_enqueue
 from instances.status import InstanceStatus, JobKind, Trigger
@@ -422,3 +424,183 @@ def instance_snapshot(*, domain: str, workflow: str, ref: str) -> InstanceSnapsh
             Codes.INSTANCE_NOT_FOUND, f"workflow {domain}/{workflow} has no instance {ref!r}"
         )
     return found
+
+
+# --- Operators' tools: the admin actions and `instances_retry` call these, nothing else ---------
+
+RETRIED, FAULTED_AGAIN, REFUSED, SKIPPED = "retried", "faulted again", "refused", "skipped"
+CANCELLED, RESOLVED = "cancelled", "resolved"
+RESOLVED_BY_OPERATOR = "resolved by operator"
+
+
+@dataclass(frozen=True)
+class RetryPlan:
+    """What a retry of `instance` would do: the transition and step it re-runs (None: nothing
+    to re-run) and the open incident it resolves (None: no open one)."""
+
+    instance: Instance
+    fault: FaultToRetry | None
+    incident: Incident | None
+
+    @property
+    def faulted(self) -> bool:
+        """Only a Faulted instance is retried; the others are skipped."""
+        return self.instance.status == InstanceStatus.FAULTED
+
+    @property
+    def reruns(self) -> str:
+        """`transition (from state) from STEP`, for confirmation pages and --dry-run."""
+        if self.fault is None:
+            return "nothing to re-run"
+        origin = f" from state {self.fault.from_state}" if self.fault.from_state else ""
+        return f"{self.fault.transition_key}{origin} at step {self.fault.step or 'the start'}"
+
+
+@dataclass(frozen=True)
+class OperatorResult:
+    """How one operator action on one instance ended: `retried`, `faulted again`, `refused`,
+    `skipped`, `cancelled` or `resolved`; `detail` says the new status, the code or why."""
+
+    instance_id: uuid.UUID
+    outcome: str
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Faulted again or refused (a skipped instance was never meant to run)."""
+        return self.outcome in (FAULTED_AGAIN, REFUSED)
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}: {self.outcome}" + (f" ({self.detail})" if self.detail else "")
+
+
+def operator_action_record(
+    *,
+    actor: str,
+    action: str,
+    instance_id: uuid.UUID | None,
+    target: str = "",
+    outcome: str = "",
+) -> OperatorAction:
+    """One audit row for an operator's action; an instance that does not exist (any more) is
+    recorded by the target text only."""
+    if instance_id is not None and not Instance.objects.filter(pk=instance_id).exists():
+        target = f"{target} (instance {instance_id})".strip()
+        instance_id = None
+    return OperatorAction.objects.create(
+        actor=actor,
+        action=action,
+        instance_id=instance_id,
+        target=target[:200],
+        outcome=outcome,
+    )
+
+
+def retry_plan(*, instance: Instance) -> RetryPlan:
+    """What `operator_retry` would re-run for `instance` (read-only)."""
+    fault = None
+    if instance.status == InstanceStatus.FAULTED:
+        fault = _store.fault_to_retry(snapshot_of(instance))
+    incident = (
+        Incident.objects.filter(instance_id=instance.id, resolved=False)
+        .order_by("-created_at")
+        .first()
+    )
+    return RetryPlan(instance, fault, incident)
+
+
+def operator_retry(*, instance: Instance, actor: str) -> OperatorResult:
+    """Retry one instance for an operator through `instance_retry` (no correction), and audit
+    it: retried (the new status), faulted again (the code), refused (why); an instance that is
+    not faulted is skipped and not audited."""
+    if instance.status != InstanceStatus.FAULTED:
+        return OperatorResult(instance.id, SKIPPED, "not faulted")
+    plan = retry_plan(instance=instance)
+    try:
+        outcome = instance_retry(
+            domain=instance.domain,
+            workflow=instance.workflow_key,
+            ref=str(instance.id),
+            body={},
+            info=RequestInfo(actor=actor),
+        )
+        result = OperatorResult(instance.id, RETRIED, f"status {outcome.instance.status}")
+    except PipelineFault as fault:
+        result = OperatorResult(instance.id, FAULTED_AGAIN, fault.code)
+    except VNextError as error:
+        result = OperatorResult(instance.id, REFUSED, f"{error.code}: {error.detail}")
+    operator_action_record(
+        actor=actor,
+        action=OperatorAction.Action.RETRY,
+        instance_id=instance.id,
+        target=plan.reruns,
+        outcome=str(result.outcome) + (f" ({result.detail})" if result.detail else ""),
+    )
+    return result
+
+
+def operator_cancel(*, instance: Instance, actor: str, reason: str) -> OperatorResult:
+    """Cancel one instance for an operator: its workflow's cancel transition with body
+    `{"reason": reason}` (which closes its open incidents); refused when the workflow defines
+    no cancel or the instance cannot take it. Audited with the reason."""
+    try:
+        definition = workflow_definition(
+            instance.domain, instance.workflow_key, instance.workflow_version
+        )
+        if definition.cancel is None:
+            raise VNextError(
+                Codes.TRANSITION_NOT_FOUND,
+                f"workflow {definition.key} defines no cancel transition",
+                instance_id=str(instance.id),
+            )
+        outcome = instance_transition(
+            domain=instance.domain,
+            workflow=instance.workflow_key,
+            ref=str(instance.id),
+            transition_key=definition.cancel.key,
+            body={"reason": reason},
+            info=RequestInfo(actor=actor),
+        )
+        result = OperatorResult(
+            instance.id,
+            CANCELLED,
+            f"status {outcome.instance.status}, state {outcome.instance.current_state}",
+        )
+    except PipelineFault as fault:
+        result = OperatorResult(instance.id, FAULTED_AGAIN, fault.code)
+    except VNextError as error:
+        result = OperatorResult(instance.id, REFUSED, f"{error.code}: {error.detail}")
+    operator_action_record(
+        actor=actor,
+        action=OperatorAction.Action.CANCEL,
+        instance_id=instance.id,
+        target=f"reason: {reason}" if reason else "no reason given",
+        outcome=str(result.outcome) + (f" ({result.detail})" if result.detail else ""),
+    )
+    return result
+
+
+def incident_resolve(*, instance: Instance, actor: str) -> OperatorResult:
+    """An operator repaired the cause outside and closes the instance's open incidents without a
+    retry: resolution `resolved by operator`, who and when. The instance status does not change
+    (a Faulted one stays Faulted until retried or cancelled). Skipped when nothing is open;
+    audited otherwise."""
+    open_incidents = Incident.objects.filter(instance_id=instance.id, resolved=False)
+    codes = sorted(set(open_incidents.values_list("error_code", flat=True)))
+    count = open_incidents.update(
+        resolved=True,
+        resolved_at=timezone.now(),
+        resolution=RESOLVED_BY_OPERATOR,
+        resolved_by=actor,
+    )
+    if not count:
+        return OperatorResult(instance.id, SKIPPED, "no open incident")
+    result = OperatorResult(instance.id, RESOLVED, f"{count} incident(s); status unchanged")
+    operator_action_record(
+        actor=actor,
+        action=OperatorAction.Action.RESOLVE,
+        instance_id=instance.id,
+        target=", ".join(codes),
+        outcome=f"{result.outcome} ({result.detail})",
+    )
+    return result

@@ -11,6 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from instances.models import OperatorAction
+from instances.services import operator_action_record
 from locks.models import ResourceLock
 from locks.services import lock_force_release
 
@@ -56,11 +58,18 @@ class ResourceLockAdmin(admin.ModelAdmin):
 
     @admin.action(description="Force release (recorded in the owner's history)")
     def force_release(self, request: HttpRequest, queryset: QuerySet[ResourceLock]) -> None:
-        """Release the selected locks in the operator's name."""
+        """Release the selected locks in the operator's name (and in the audit trail)."""
         operator = request.user.get_username()
         count = 0
         for lock in queryset:
             lock_force_release(lock=lock, operator=operator)
+            operator_action_record(
+                actor=operator,
+                action=OperatorAction.Action.FORCE_RELEASE,
+                instance_id=lock.owner,
+                target=f"lock {lock.key}",
+                outcome="released",
+            )
             count += 1
         self.message_user(request, f"{count} lock(s) released", messages.SUCCESS)
 

@@ -9,6 +9,8 @@ from tqdm import tqdm
 
 from instances.job_handlers import REPLAYED, job_replay
 from instances.management.commands._job_filters import add_filters, selected_jobs
+from instances.models import OperatorAction
+from instances.services import operator_action_record
 
 
 class Command(BaseCommand):
@@ -46,9 +48,15 @@ class Command(BaseCommand):
         results = []
         quiet = options["no_progress"] or options["verbosity"] == 0
         for job in tqdm(jobs, desc="replaying", disable=quiet):
-            results.append(
-                job_replay(job=job, force=options["force"], operator=options["operator"])
+            result = job_replay(job=job, force=options["force"], operator=options["operator"])
+            operator_action_record(
+                actor=options["operator"],
+                action=OperatorAction.Action.REPLAY,
+                instance_id=job.instance_id,
+                target=f"job {job.pk} ({job.kind})" + (" forced" if options["force"] else ""),
+                outcome=str(result),
             )
+            results.append(result)
         counts = {"replayed": 0, "refused": 0, "no effect": 0}
         for result in results:
             counts[result.outcome] += 1
