@@ -258,8 +258,33 @@ class InstanceAdmin(admin.ModelAdmin):
         return False
 
 
+class PermittedActionsMixin:
+    """Actions of a read-only admin for users with `action_permission` only: others see none,
+    and get 403 when they post one by hand (not a quiet 'no action selected')."""
+
+    action_permission: str = ""
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions: dict[str, Any] = super().get_actions(request)  # type: ignore[misc]
+        return actions if request.user.has_perm(self.action_permission) else {}
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if (
+            request.method == "POST"
+            and request.POST.get("action")
+            and not request.user.has_perm(self.action_permission)
+        ):
+            raise PermissionDenied
+        response: HttpResponse = super().changelist_view(  # type: ignore[misc]
+            request, extra_context
+        )
+        return response
+
+
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     """The durable job queue; operators replay jobs through the same service as `jobs_replay`."""
 
     list_display = ["id", "kind", "instance", "state", "status", "run_at", "attempts", "last_error"]
@@ -267,6 +292,7 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["instance__id", "dedupe_key"]
     readonly_fields = [f.name for f in Job._meta.fields]
     actions = ["replay", "replay_forced"]
+    action_permission = "instances.change_job"
 
     @admin.action(description="Replay the selected jobs")
     def replay(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from instances.admin import PermittedActionsMixin
 from instances.models import OperatorAction
 from instances.services import operator_action_record
 from locks.models import ResourceLock
@@ -36,7 +37,7 @@ class ExpiredFilter(admin.SimpleListFilter):
 
 
 @admin.register(ResourceLock)
-class ResourceLockAdmin(admin.ModelAdmin):
+class ResourceLockAdmin(PermittedActionsMixin, admin.ModelAdmin):
     """Locks are taken by transitions; operators may only force-release them."""
 
     list_display = ["key", "owner_link", "transition_key", "acquired_at", "expires_at", "expired"]
@@ -44,6 +45,7 @@ class ResourceLockAdmin(admin.ModelAdmin):
     search_fields = ["key", "owner"]
     fields = readonly_fields = ("key", "owner_link", "transition_key", "acquired_at", "expires_at")
     actions = ["force_release"]
+    action_permission = "locks.change_resourcelock"
 
     @admin.display(description="Owner instance")
     def owner_link(self, lock: ResourceLock) -> str:

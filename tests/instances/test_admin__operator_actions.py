@@ -5,11 +5,16 @@ Only the `instances.change_instance` permission (the `operators` group) unlocks 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
-from instances.models import Incident, Instance, OperatorAction
+from instances.models import Incident, Instance, Job, OperatorAction
+from locks.models import ResourceLock
 from tests.instances.operator_fixtures import (
     faulted_instance,
     publish_workflows,
@@ -160,3 +165,32 @@ def test_a_viewer_sees_no_actions_and_gets_403():
     assert Instance.objects.get(pk=faulted.pk).status == "F"
     assert not Incident.objects.get(instance=faulted).resolved
     assert not OperatorAction.objects.exists()
+
+
+def test_job_replay_and_lock_force_release_need_the_change_permission():
+    faulted = faulted_instance()
+    job = Job.objects.create(kind="timer", instance=faulted, status="failed", state="ready")
+    lock = ResourceLock.objects.create(
+        key="account:1", owner=faulted.pk, expires_at=timezone.now() + timedelta(hours=1)
+    )
+    looker = viewer()
+    looker.user_permissions.add(
+        Permission.objects.get(content_type__app_label="instances", codename="view_job"),
+        Permission.objects.get(content_type__app_label="locks", codename="view_resourcelock"),
+    )
+    as_viewer, as_operator = client_for(looker), client_for(staff_operator())
+    jobs = reverse("admin:instances_job_changelist")
+    locks = reverse("admin:locks_resourcelock_changelist")
+
+    assert 'name="action"' not in as_viewer.get(jobs).content.decode()
+    assert 'name="action"' not in as_viewer.get(locks).content.decode()
+    replay = {"action": "replay", "_selected_action": [str(job.pk)]}
+    release = {"action": "force_release", "_selected_action": [str(lock.pk)]}
+    assert as_viewer.post(jobs, replay).status_code == 403
+    assert as_viewer.post(locks, release).status_code == 403
+    assert Job.objects.get(pk=job.pk).status == "failed"
+    assert ResourceLock.objects.filter(pk=lock.pk).exists()
+
+    assert 'name="action"' in as_operator.get(jobs).content.decode()
+    as_operator.post(locks, release)
+    assert not ResourceLock.objects.filter(pk=lock.pk).exists()
