@@ -525,18 +525,9 @@ def operator_retry(*, instance: Instance, actor: str) -> OperatorResult:
             info=RequestInfo(actor=actor),
         )
         result = OperatorResult(instance.id, RETRIED, f"status {outcome.instance.status}")
-    except PipelineFault as fault:
-        result = OperatorResult(instance.id, FAULTED_AGAIN, fault.code)
-    except VNextError as error:
-        result = OperatorResult(instance.id, REFUSED, f"{error.code}: {error.detail}")
-    operator_action_record(
-        actor=actor,
-        action=OperatorAction.Action.RETRY,
-        instance_id=instance.id,
-        target=plan.reruns,
-        outcome=str(result.outcome) + (f" ({result.detail})" if result.detail else ""),
-    )
-    return result
+    except (PipelineFault, VNextError) as failure:
+        result = _failed(instance, failure)
+    return _audited(result, actor, OperatorAction.Action.RETRY, plan.reruns)
 
 
 def operator_cancel(*, instance: Instance, actor: str, reason: str) -> OperatorResult:
@@ -566,15 +557,25 @@ def operator_cancel(*, instance: Instance, actor: str, reason: str) -> OperatorR
             CANCELLED,
             f"status {outcome.instance.status}, state {outcome.instance.current_state}",
         )
-    except PipelineFault as fault:
-        result = OperatorResult(instance.id, FAULTED_AGAIN, fault.code)
-    except VNextError as error:
-        result = OperatorResult(instance.id, REFUSED, f"{error.code}: {error.detail}")
+    except (PipelineFault, VNextError) as failure:
+        result = _failed(instance, failure)
+    target = f"reason: {reason}" if reason else "no reason given"
+    return _audited(result, actor, OperatorAction.Action.CANCEL, target)
+
+
+def _failed(instance: Instance, failure: PipelineFault | VNextError) -> OperatorResult:
+    # A run that faulted the instance again, or a request refused before anything ran.
+    if isinstance(failure, PipelineFault):
+        return OperatorResult(instance.id, FAULTED_AGAIN, failure.code)
+    return OperatorResult(instance.id, REFUSED, f"{failure.code}: {failure.detail}")
+
+
+def _audited(result: OperatorResult, actor: str, action: str, target: str) -> OperatorResult:
     operator_action_record(
         actor=actor,
-        action=OperatorAction.Action.CANCEL,
-        instance_id=instance.id,
-        target=f"reason: {reason}" if reason else "no reason given",
+        action=action,
+        instance_id=result.instance_id,
+        target=target,
         outcome=str(result.outcome) + (f" ({result.detail})" if result.detail else ""),
     )
     return result
