@@ -31,15 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.in_process import InProcessExecutor
 from bench.timing import percentile
-from instances.engine.sandbox import InProcessExecutor, run_call
-from instances.engine.script_pool import PoolSettings, ScriptCall, ScriptPool
+from instances.engine.sandbox import run_call
+from instances.engine.script_pool import PoolSettings, ScriptCall, ScriptPool, frame
 from instances.engine.script_wire import (
-    JSON_DEFAULT,
     ScriptObject,
     decode_argument,
     decode_result,
-    encode_argument,
 )
 from instances.engine.scripts import DEFAULT_ALLOWED_MODULES, compile_script
 
@@ -240,27 +239,6 @@ def _median_us(action: Callable[[], object], calls: int = BREAKDOWN_CALLS) -> fl
     return percentile(samples, 0.5) / 1000
 
 
-def _request(call: ScriptCall) -> dict[str, Any]:
-    # What ScriptPool.run sends for a call whose source the worker knows.
-    return {
-        "op": "call",
-        "hash": call.source_hash,
-        "location": call.location,
-        "handler": call.handler,
-        "args": [encode_argument(arg) for arg in call.args],
-        "modules": sorted(call.allowed_modules),
-        "timeout": call.timeout_seconds,
-        "return_args": list(call.return_arguments),
-    }
-
-
-def _frame(message: dict[str, Any]) -> bytes:
-    body = json.dumps(
-        message, ensure_ascii=False, separators=(",", ":"), default=JSON_DEFAULT
-    ).encode("utf-8", "surrogatepass")
-    return _HEADER.pack(len(body)) + body
-
-
 class _Echo:
     """A child process answering each frame with a small frame, over the pool's kind of pipes."""
 
@@ -301,7 +279,7 @@ def _parts_us(call: ScriptCall, echo: _Echo) -> list[float]:
     handler run (`run_call`, as the worker runs it), worker encode, parent decode, pipe round trip.
     """
     compiled = compile_script(call.source, call.location)
-    message = _frame(_request(call))
+    message = frame(call.request())
     body = message[_HEADER.size :]
     args = [decode_argument(item) for item in json.loads(body)["args"]]
 
@@ -322,7 +300,7 @@ def _parts_us(call: ScriptCall, echo: _Echo) -> list[float]:
 
     reply_body = worker_encode()
     return [
-        _median_us(lambda: _frame(_request(call))),
+        _median_us(lambda: frame(call.request())),
         _median_us(lambda: [decode_argument(item) for item in json.loads(body)["args"]]),
         _median_us(execute),
         _median_us(worker_encode),
@@ -356,7 +334,7 @@ def breakdown(results: dict[str, Latency]) -> None:
                 f"{value:>{width}.1f}" for value, width in zip(parts, widths, strict=True)
             )
             print(
-                f"{label:<11} {len(_frame(_request(call))):>9,} {figures} {sum(parts):>6.1f} "
+                f"{label:<11} {len(frame(call.request())):>9,} {figures} {sum(parts):>6.1f} "
                 f"{pool_p50:>8.1f} {pool_p50 - sum(parts):>6.1f}"
             )
         print(
@@ -371,7 +349,7 @@ def breakdown(results: dict[str, Latency]) -> None:
 
 def _pinned_p50s(pool: ScriptPool, call: ScriptCall, echo: _Echo, cpus: tuple[int, int]) -> str:
     """This thread on `cpus[0]`, the pool's worker and the echo child on `cpus[1]`."""
-    message = _frame(_request(call))
+    message = frame(call.request())
     os.sched_setaffinity(0, {cpus[0]})
     os.sched_setaffinity(pool.worker_pids()[0], {cpus[1]})
     os.sched_setaffinity(echo.process.pid, {cpus[1]})

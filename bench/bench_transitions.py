@@ -46,13 +46,13 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from bench.database import bench_database_url, libpq_url
+from bench.in_process import InProcessExecutor
 from bench.server import BenchServer
 from bench.timing import percentile
 from bench.transition_workflows import DOMAIN, NO_TASK, WITH_TASK, documents
 from instances import services
 from instances.engine.errors import Codes, VNextError
 from instances.engine.pipeline import Engine
-from instances.engine.sandbox import InProcessExecutor
 from instances.engine.script_pool import ScriptCall, ScriptReply, script_pool
 from instances.engine.script_runner import ScriptExecutor
 from instances.models import Incident, Instance, InstanceTransition

@@ -174,6 +174,8 @@ class Execution:
         self.loaded_state_version = instance.state_version
         # The state the database holds (the in-memory one runs ahead until a flush).
         self.committed_state = instance.current_state
+        # Only a run that began on a Faulted instance has incidents to close when it completes.
+        self.started_faulted = instance.status == InstanceStatus.FAULTED
         self.writes = PendingWrites()
         self.committed = False
         self.task_responses: dict[str, Any] = {}

@@ -619,27 +619,3 @@ def _script_line(exc: BaseException, location: str) -> int | None:
     except Exception:  # a traceback is a hint, never a second failure
         return None
     return lines[-1] if lines else None
-
-
-class InProcessExecutor:
-    """Runs script calls in this process, with the guards above but without the worker
-    boundary. NOT a security boundary: only for benchmarks that measure what isolation costs."""
-
-    def run(self, call: Any) -> Any:
-        """Run a `ScriptCall` here and return its `ScriptReply` (or raise its `ScriptError`)."""
-        from instances.engine.script_pool import ScriptReply
-        from instances.engine.script_wire import decode_result
-        from instances.engine.scripts import compile_script
-
-        compiled = compile_script(call.source, call.location)
-        outcome = run_call(
-            compiled,
-            call.handler,
-            list(call.args),
-            allowed_modules=call.allowed_modules,
-            timeout_seconds=call.timeout_seconds,
-            return_arguments=call.return_arguments,
-        )
-        if outcome.error is not None:
-            raise outcome.error
-        return ScriptReply(decode_result(outcome.result), outcome.arguments or [])

@@ -118,14 +118,25 @@ class ScriptHandle:
                 allowed_modules=self.allowed_modules,
                 timeout_seconds=self.runner.timeout_seconds,
                 return_arguments=updates,
+                digest=self.compiled.source_hash,
             )
         )
         for position, state in zip(updates, reply.arguments, strict=False):
             target = args[position]
             if isinstance(target, ScriptObject) and isinstance(state, dict):
                 vars(target).clear()
-                vars(target).update(state)
+                vars(target).update(_plain_attributes(state))
         return reply.value
+
+
+def _plain_attributes(state: dict[str, Any]) -> dict[str, Any]:
+    # What a script left on a context object comes back as data: a name that would shadow the
+    # object's own methods (`get`) or reach its internals (`_...`) is dropped.
+    return {
+        name: value
+        for name, value in state.items()
+        if not name.startswith("_") and not hasattr(ScriptObject, name)
+    }
 
 
 @dataclass

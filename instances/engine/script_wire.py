@@ -54,7 +54,9 @@ class ScriptObject:
 # --- server side -----------------------------------------------------------------------------
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """What `json.dumps` writes for the few non-JSON values a store may add (dates, decimals,
+    UUIDs, durations)."""
     # Instance data comes from jsonb and is plain already; this covers values a store adds.
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
@@ -70,9 +72,6 @@ def encode_argument(value: Any) -> Any:
     if isinstance(value, ScriptObject):
         return {"o": {name: encode_argument(item) for name, item in vars(value).items()}}
     return {"v": value}
-
-
-JSON_DEFAULT = _json_default
 
 
 def decode_result(tagged: Any) -> Any:
@@ -92,7 +91,10 @@ def decode_result(tagged: Any) -> Any:
             status_code=fields.get("status_code"),
         )
     if tag == "timedelta":
-        return dt.timedelta(seconds=float(tagged["v"]))
+        try:
+            return dt.timedelta(seconds=float(tagged["v"]))
+        except OverflowError:
+            raise WireError("the returned duration is out of range") from None
     if tag == "datetime":
         return dt.datetime.fromisoformat(str(tagged["v"]))
     raise WireError(f"the worker sent a result of unknown kind {tag!r}")

@@ -500,15 +500,24 @@ def timer_due(value: Any, now: datetime) -> datetime:
     if value is None:
         return now
     if isinstance(value, timedelta):
-        return now + max(value, timedelta(0))
+        try:
+            return now + max(value, timedelta(0))
+        except OverflowError:
+            raise VNextError(
+                Codes.SCRIPT_FAILED, f"a timer returned {value}, past year 9999"
+            ) from None
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise VNextError(Codes.SCRIPT_FAILED, "a timer returned a naive datetime; use UTC")
         return value
     if isinstance(value, str):
-        duration = parse_duration(value)
-        if duration is not None:
-            return now + duration
+        try:
+            duration = parse_duration(value)
+            due = now + duration if duration is not None else None
+        except (OverflowError, ValueError):
+            due = None
+        if due is not None:
+            return due
         moment = parse_datetime(value)
         if moment is not None and moment.tzinfo is not None:
             return moment
@@ -541,9 +550,10 @@ class FinishStep(Step):
         )
         execution.writes.cancel_all_timers = True
         execution.writes.release_locks = True
-        # A finished instance has nothing left to repair: its open incidents are closed.
-        resolution = _RESOLUTIONS.get(kind, "completed")
-        execution.writes.resolve_incidents = (resolution, hop.request.actor)
+        if execution.started_faulted:
+            # Cancel, exit or the timeout ended a faulted instance: nothing is left to repair.
+            resolution = _RESOLUTIONS.get(kind, "completed")
+            execution.writes.resolve_incidents = (resolution, hop.request.actor)
         hop.completed = True
         return Outcome.proceed()
 

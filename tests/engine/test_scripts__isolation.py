@@ -5,6 +5,7 @@ the next, and a server that never waits on a stuck script."""
 from __future__ import annotations
 
 import ctypes.util
+import datetime
 import multiprocessing
 import os
 import signal
@@ -17,14 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from instances.engine.errors import VNextError
 from instances.engine.script_pool import PoolSettings, ScriptCall, ScriptPool
+from instances.engine.script_runner import ScriptHandle, ScriptRunner
 from instances.engine.scripts import (
     ScriptError,
     ScriptRefused,
     ScriptResourceLimit,
     ScriptTimeout,
     ScriptUnavailable,
+    compile_script,
 )
+from instances.engine.steps import timer_due
 from tests.engine import scripting
 from tests.engine.scripting import LOCATION, context, handler_of
 
@@ -338,3 +343,32 @@ class TestBoundary:
         assert answer == "child"
         assert not set(child_pids) & set(parent_pids)
         assert module.script_pool().worker_pids() == parent_pids
+
+
+class TestWhatComesBack:
+    def test_attributes_that_would_shadow_methods_or_reach_internals_are_dropped(self, pool):
+        source = (
+            "def input_handler(task, context):\n"
+            "    task.get = 1\n"
+            "    task.url = 'http://example.invalid/b'\n"
+            "    return None\n"
+        )
+        runner = ScriptRunner(components=None, timeout_seconds=0.5, script_executor=pool)  # type: ignore[arg-type]
+        handle = ScriptHandle(runner, compile_script(source, LOCATION), source, frozenset())
+        task = scripting.context()
+        handle.call("input_handler", task, scripting.context(), updates=(0,))
+        assert task.url == "http://example.invalid/b"
+        assert task.get("url") == "http://example.invalid/b"  # still the method
+
+    def test_a_duration_past_the_calendar_is_a_script_error_not_a_crash(self, pool):
+        source = "import datetime\n" + handler_of("return datetime.timedelta.max")
+        with pytest.raises(ScriptError, match="out of range"):
+            scripting.run(pool, source)
+
+
+def test_a_timer_due_past_the_calendar_is_a_clear_script_fault():
+    now = datetime.datetime.now(datetime.UTC)
+    with pytest.raises(VNextError, match="past year 9999"):
+        timer_due(datetime.timedelta(days=999_999_990), now)
+    with pytest.raises(VNextError, match="expected a timedelta"):
+        timer_due("P999999999D", now)

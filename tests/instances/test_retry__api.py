@@ -10,14 +10,13 @@ import pytest
 
 from instances.job_handlers import jobs_run_due
 from instances.models import Incident, Instance, InstanceTransition
-from tests.engine.builders import state, task_ref, transition, workflow
+from tests.engine.builders import state, transition, workflow
 from tests.instances.http_server import http_server
+from tests.instances.operator_fixtures import DIVIDE
 from tests.instances.test_admission__concurrency import race
 from tests.instances.workflows import http_ref, http_task, publish
 
 BASE = "/api/v1/core/workflows/repairable/instances"
-# Fails (ZeroDivisionError in the output handler) until the data holds a non-zero divisor.
-DIVIDE = task_ref("{'quotient': 10 / context.instance.data.get('divisor', 0)}")
 
 
 def repairable(*, on_execute: list | None = None, on_entry: list | None = None) -> dict:

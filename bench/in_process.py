@@ -1,0 +1,28 @@
+"""The "before" of the script benchmarks: script calls run in this process with the sandbox's
+guards but no process boundary. NOT a security boundary; only benchmarks use it."""
+
+from __future__ import annotations
+
+from instances.engine.sandbox import run_call
+from instances.engine.script_pool import ScriptCall, ScriptReply
+from instances.engine.script_wire import decode_result
+from instances.engine.scripts import compile_script
+
+
+class InProcessExecutor:
+    """A `ScriptExecutor` that runs each call here (what the engine did before issue 8)."""
+
+    def run(self, call: ScriptCall) -> ScriptReply:
+        """Run a `ScriptCall` here and return its `ScriptReply` (or raise its `ScriptError`)."""
+        compiled = compile_script(call.source, call.location)
+        outcome = run_call(
+            compiled,
+            call.handler,
+            list(call.args),
+            allowed_modules=call.allowed_modules,
+            timeout_seconds=call.timeout_seconds,
+            return_arguments=call.return_arguments,
+        )
+        if outcome.error is not None:
+            raise outcome.error
+        return ScriptReply(decode_result(outcome.result), outcome.arguments or [])
