@@ -10,6 +10,7 @@ backoff up to `VNEXT_JOB_MAX_ATTEMPTS`.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import PipelineFault, Rejected
 from instances.engine.pipeline import TransitionRequest
 from instances.engine.profiles import Order
-from instances.engine.records import IncidentRow
+from instances.engine.records import IncidentRow, InstanceSnapshot
 from instances.models import InstanceTransition, Job
 from instances.orm_store import FaultToRetry, OrmStore
 from instances.queue import (
@@ -37,7 +38,7 @@ from instances.queue import (
     jobs_fail_expired_leases,
     max_attempts,
 )
-from instances.services import retry_request
+from instances.services import boundary_retry_request, retry_request
 from instances.status import InstanceStatus, JobKind, JobStatus, TransitionStatus, Trigger
 from instances.wiring import engine
 from vnext.conf import vnext_setting
@@ -219,6 +220,9 @@ def _handle_transition(job: Job) -> None:
     if isinstance(payload.get("retry"), dict):
         _run_retry(job, loaded)
         return
+    if isinstance(payload.get("boundaryRetry"), dict):
+        _run_boundary_retry(job, loaded)
+        return
     key = payload["transition"]
     is_start = bool(payload.get("start"))
     transition: TransitionDef | None
@@ -279,6 +283,54 @@ def _run_retry(job: Job, loaded: _Loaded) -> None:
         raise InstanceFaulted(fault.code, fault.message) from fault
     except Rejected as refused:
         raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
+
+
+def _run_boundary_retry(job: Job, loaded: _Loaded) -> None:
+    # An error boundary's retry of a failed task: the hop continues at that task, Busy all along.
+    request = boundary_retry_request(loaded.definition, job.payload)
+    request.attempt = job.attempts
+    try:
+        engine().execute(
+            loaded.definition, loaded.instance, request, owner=job.lease_owner, reserved=True
+        )
+    except PipelineFault as fault:
+        raise InstanceFaulted(fault.code, fault.message) from fault
+    except Rejected as refused:
+        raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
+
+
+def instance_settle(instance_id: uuid.UUID, *, within: float) -> InstanceSnapshot | None:
+    """Wait, at most `within` seconds, for an instance whose run stopped on an error-boundary
+    retry to reach a rest point, running its due retry jobs here when no worker has taken them
+    (a sync request answers with the outcome, as the retries ran inline). Each retry stays a
+    durable job: this only claims it like any worker would. Returns the instance as it is."""
+    deadline = time.monotonic() + within
+    while True:
+        instance = _store.load(instance_id)
+        if instance is None or instance.status != InstanceStatus.BUSY:
+            return instance
+        pending = (
+            Job.objects.filter(
+                instance_id=instance_id, kind=JobKind.TRANSITION, status=JobStatus.PENDING
+            )
+            .filter(payload__has_key="boundaryRetry")
+            .order_by("run_at")
+            .first()
+        )
+        if (
+            pending is None
+            and not Job.objects.filter(instance_id=instance_id, status=JobStatus.RUNNING).exists()
+        ):
+            return instance  # Busy for another reason: nothing of ours to wait for
+        wait = 0.02
+        if pending is not None:
+            wait = max((pending.run_at - timezone.now()).total_seconds(), 0.0)
+        if time.monotonic() + wait > deadline:
+            return instance
+        if wait:
+            time.sleep(wait)
+        if pending is not None:
+            job_run(pending.pk)
 
 
 def _resume_if_partially_committed(

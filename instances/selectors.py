@@ -63,6 +63,17 @@ def active_incident(instance: InstanceSnapshot) -> dict[str, Any] | None:
     return incident_body(row) if row else None
 
 
+def incident_block(instance: InstanceSnapshot, incident: dict[str, Any] | None) -> dict[str, Any]:
+    """The `incident` block of the state function and `GET instance`: whether an incident is
+    open, the open one (with its `href`) and where the history is."""
+    base = f"/api/v1/{instance.domain}/workflows/{instance.workflow_key}/instances/{instance.id}"
+    return {
+        "hasActiveIncident": incident is not None,
+        "active": {"href": f"{base}/incidents/active", **incident} if incident else None,
+        "history": {"href": f"{base}/incidents"},
+    }
+
+
 def active_incidents(instance_ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
     """The newest open incident of each of `instance_ids` that has one (one query), for listings
     that must agree with `GET instance` and the state function."""
@@ -88,6 +99,17 @@ def incident_page(
     return rows[:page_size], len(rows) > page_size
 
 
+def newest_transition_id(instance: InstanceSnapshot) -> uuid.UUID | None:
+    """The id of the instance's newest history row, if any."""
+    row = (
+        InstanceTransition.objects.filter(instance_id=instance.id)
+        .order_by("-started_at")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return row
+
+
 def incident_body(row: Incident) -> dict[str, Any]:
     """An incident as the API shows it (never a stack trace)."""
     return {
@@ -100,6 +122,8 @@ def incident_body(row: Incident) -> dict[str, Any]:
         "step": row.step or None,
         "attempt": row.attempt,
         "layer": row.layer,
+        "boundaryAction": row.boundary_action or None,
+        "boundaryLevel": row.boundary_level or None,
         "resolved": row.resolved,
         "resolution": row.resolution or None,
         "resolvedBy": row.resolved_by or None,
@@ -179,7 +203,7 @@ def state_function(
         "stateSubType": instance.effective_state_subtype,
         "activeCorrelations": [],
         "transitions": transitions,
-        "incident": {"hasActiveIncident": incident is not None, "active": incident},
+        "incident": incident_block(instance, incident),
         "eTag": instance.etag,
     }
     deadline = (

@@ -14,7 +14,7 @@ from instances.engine.definition import TransitionDef, TransitionKind, WorkflowD
 from instances.engine.errors import Codes, ErrorCode, VNextError
 from instances.engine.outcomes import BUSY_EXEMPT, PipelineFault
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.pipeline import Execution, TransitionRequest
+from instances.engine.pipeline import Execution, TaskResume, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.profiles import Order
 from instances.engine.records import Guard, GuardKind, InstanceSnapshot, PendingWrites, new_etag
@@ -221,6 +221,43 @@ def retry_request(
     )
 
 
+def boundary_retry_request(
+    definition: WorkflowDefinition, payload: dict[str, Any]
+) -> TransitionRequest:
+    """The request of an error-boundary retry job: the hop it continues, re-entered at the task
+    that failed (`payload["boundaryRetry"]`, written by the engine when it scheduled it)."""
+    retry = payload["boundaryRetry"]
+    fault = FaultToRetry(
+        transition_key=str(retry["transition"]),
+        from_state=str(retry.get("fromState") or ""),
+        trigger=int(retry.get("trigger") or 0),
+        step=str(retry.get("step") or ""),
+    )
+    transition = _faulted_transition(definition, fault)
+    if transition is None or fault.step not in Order.__members__:
+        raise VNextError(
+            Codes.TRANSITION_NOT_FOUND,
+            f"transition {fault.transition_key!r} of an error-boundary retry vanished",
+        )
+    return TransitionRequest(
+        transition=transition,
+        trigger=Trigger.of(fault.trigger),
+        headers=payload.get("headers") or {},
+        query=payload.get("query") or {},
+        actor=payload.get("actor") or "",
+        resume_at=Order[fault.step],
+        resume_from_state=fault.from_state or None,
+        resume_tasks=TaskResume(
+            phase=str(retry["phase"]),
+            order=int(retry["order"]),
+            keys=tuple(str(key) for key in retry.get("tasks") or []),
+        ),
+        boundary_retries=int(retry["retry"]),
+        resume_row=uuid.UUID(str(retry["rowId"])),
+        resolves_incidents=str(retry.get("resolvesIncidents") or ""),
+    )
+
+
 def _faulted_transition(
     definition: WorkflowDefinition, fault: FaultToRetry
 ) -> TransitionDef | None:
@@ -230,7 +267,9 @@ def _faulted_transition(
     if found is not None:
         return found
     specials = [*definition.specials(), definition.timeout]
-    return next((t for t in specials if t is not None and t.key == fault.transition_key), None)
+    special = next((t for t in specials if t is not None and t.key == fault.transition_key), None)
+    # An error boundary's rollback/notify transition runs even where it is not available.
+    return special or definition.find_any(fault.transition_key)
 
 
 def _correction(body: Any) -> dict[str, Any]:

@@ -113,6 +113,8 @@ class TransitionStatus(TextChoices):
     RUNNING = "running", "Running"  # admitted, pipeline in progress
     COMPLETED = "completed", "Completed"  # the pipeline finished the hop
     FAULTED = "faulted", "Faulted"  # a step failed; error code and message say why
+    # A task failed and an error boundary sent the run on with its rollback/notify transition.
+    DIVERTED = "diverted", "Diverted by an error boundary"
 
 
 class TaskStatus(TextChoices):

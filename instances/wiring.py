@@ -15,7 +15,10 @@ from vnext.conf import vnext_setting
 def engine() -> Engine:
     """The process-wide engine on the ORM (published components cached in-process: they are
     immutable)."""
-    config = EngineConfig(script_timeout_seconds=float(vnext_setting("SCRIPT_TIMEOUT_SECONDS")))
+    config = EngineConfig(
+        script_timeout_seconds=float(vnext_setting("SCRIPT_TIMEOUT_SECONDS")),
+        script_configuration=dict(vnext_setting("SCRIPT_CONFIGURATION") or {}),
+    )
     return Engine(
         OrmStore(),
         RegistryComponents(),

@@ -19,6 +19,12 @@ DEFAULTS: dict[str, Any] = {
     "SCRIPT_MAX_PAYLOAD_BYTES": 16 * 1024 * 1024,
     # How long a call waits for a free script worker before `Script:Unavailable`.
     "SCRIPT_POOL_WAIT_SECONDS": 10.0,
+    # Values scripts may read as `context.configuration` (e.g. `{"Example:ApiBaseUrl": ...}`):
+    # what an operator chooses to show them, never settings or secrets.
+    "SCRIPT_CONFIGURATION": {},
+    # How long a sync request waits for its instance's due error-boundary retries (it runs
+    # them itself when no worker has) before it answers with the instance still Busy.
+    "SYNC_RETRY_WAIT_SECONDS": 10.0,
     # Folder of example workflows that `make run` imports.
     "EXAMPLES_DIR": None,
     # Jobs: "celery" or "embedded"; None picks celery when CELERY_BROKER_URL is set.

@@ -152,6 +152,8 @@ VNEXT = {
     "SCRIPT_WORKER_USER": env.str("VNEXT_SCRIPT_WORKER_USER", default="nobody"),
     "SCRIPT_MAX_PAYLOAD_BYTES": env.int("VNEXT_SCRIPT_MAX_PAYLOAD_BYTES", default=16 * 1024 * 1024),
     "SCRIPT_POOL_WAIT_SECONDS": env.float("VNEXT_SCRIPT_POOL_WAIT_SECONDS", default=10.0),
+    "SCRIPT_CONFIGURATION": env.json("VNEXT_SCRIPT_CONFIGURATION", default={}),
+    "SYNC_RETRY_WAIT_SECONDS": env.float("VNEXT_SYNC_RETRY_WAIT_SECONDS", default=10.0),
     "EXAMPLES_DIR": BASE_DIR / "examples",
     "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,
     "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),

@@ -7,6 +7,7 @@ from typing import Any
 from instances.engine.records import InstanceSnapshot
 from instances.models import Instance, InstanceTransition
 from instances.orm_store import snapshot_of
+from instances.selectors import incident_block
 
 
 def _iso(value: Any) -> str | None:
@@ -48,7 +49,7 @@ def metadata(instance: InstanceSnapshot, active_incident: dict[str, Any] | None)
         "modifiedBy": instance.modified_by,
         "stage": instance.stage,
         "dataVersion": instance.data_version_text,
-        "incident": {"hasActiveIncident": active_incident is not None, "active": active_incident},
+        "incident": incident_block(instance, active_incident),
     }
 
 

@@ -3,6 +3,9 @@ and render. Errors are `VNextError`s rendered by the project's exception handler
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -12,8 +15,10 @@ from rest_framework.views import APIView
 
 from instances.api.presenters import envelope, history_row, instance_detail, list_item
 from instances.engine.errors import Codes, VNextError
+from instances.engine.outcomes import PipelineFault
 from instances.engine.records import InstanceSnapshot
 from instances.filters import parse_page
+from instances.job_handlers import instance_settle
 from instances.selectors import (
     active_incident,
     active_incidents,
@@ -22,6 +27,7 @@ from instances.selectors import (
     incident_page,
     instance_history,
     instance_list,
+    newest_transition_id,
     schema_function,
     state_function,
     view_function,
@@ -37,6 +43,8 @@ from instances.services import (
     instance_transition_accept,
     workflow_definition,
 )
+from instances.status import InstanceStatus
+from vnext.conf import vnext_setting
 
 SYNC = OpenApiParameter("sync", bool, description="true: run to the next rest point, answer 200")
 
@@ -66,12 +74,74 @@ def _not_modified(request: Request, etag: str) -> bool:
     }
 
 
-def _answer(outcome: InstanceOutcome, *, accepted: bool) -> Response:
+# Faults the caller's request caused, answered with their own status (409 lock conflict, 400 data
+# the database refused) although the instance faulted; any other fault is the workflow's own work
+# failing, answered 200 with the instance in status `F`.
+CALLER_FAULTS = frozenset({Codes.RESOURCE_LOCK_CONFLICT.code, Codes.DATA_REFUSED.code})
+
+
+def _instance_path(domain: str, workflow: str, instance: InstanceSnapshot) -> str:
+    return f"/api/v1/{domain}/workflows/{workflow}/instances/{instance.id}"
+
+
+def _answer(
+    domain: str,
+    workflow: str,
+    run: Callable[[], InstanceOutcome],
+    *,
+    accepted: bool,
+    retried: bool = False,
+) -> Response:
+    """Run a start/transition/retry and answer: 202 `{id, status}` when accepted for a job;
+    else 200 with the instance envelope. A run that faults its instance answers 200 as well,
+    status `F`, with an `error` block (code, detail, the open incident), as vNext does (but
+    `CALLER_FAULTS`). A run
+    an error boundary stopped for a retry answers once the retries settle (they run here when
+    no worker has them) or `SYNC_RETRY_WAIT_SECONDS` pass, whichever is first."""
+    try:
+        outcome = run()
+    except PipelineFault as fault:
+        if fault.code in CALLER_FAULTS:
+            raise  # the exception handler answers with the code's own status
+        instance = instance_snapshot(domain=domain, workflow=workflow, ref=str(fault.instance_id))
+        return _faulted(domain, workflow, instance, fault.code, fault.message, retried)
     instance = outcome.instance
-    if not accepted:
-        return _with_etags(Response(envelope(instance)), instance)
-    body = {"id": str(instance.id), "status": str(instance.status)}
-    return Response(body, status=status.HTTP_202_ACCEPTED)
+    extra = _retried(instance, outcome) if retried else {}
+    if accepted:
+        body = {"id": str(instance.id), "status": str(instance.status), **extra}
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+    execution = outcome.execution
+    if execution is not None and execution.awaiting_retry is not None:
+        wait = float(vnext_setting("SYNC_RETRY_WAIT_SECONDS"))
+        instance = instance_settle(instance.id, within=wait) or instance
+        incident = active_incident(instance) if instance.status == InstanceStatus.FAULTED else None
+        if incident is not None:
+            code, detail = incident["errorCode"], incident["message"]
+            return _faulted(domain, workflow, instance, code, detail, retried)
+    return _with_etags(Response({**envelope(instance), **extra}), instance)
+
+
+def _retried(instance: InstanceSnapshot, outcome: InstanceOutcome | None = None) -> dict[str, Any]:
+    # The history row of the re-run (its first hop), or the newest row when the run faulted.
+    execution = outcome.execution if outcome is not None else None
+    if execution is not None and execution.hops and execution.hops[0].row is not None:
+        return {"retriedTransitionId": str(execution.hops[0].row.id)}
+    newest = newest_transition_id(instance)
+    return {"retriedTransitionId": str(newest) if newest else None}
+
+
+def _faulted(
+    domain: str,
+    workflow: str,
+    instance: InstanceSnapshot,
+    code: str,
+    detail: str,
+    retried: bool,
+) -> Response:
+    path = _instance_path(domain, workflow, instance)
+    error = {"errorCode": code, "detail": detail, "incident": {"href": f"{path}/incidents/active"}}
+    extra = _retried(instance) if retried else {}
+    return _with_etags(Response({**envelope(instance), **extra, "error": error}), instance)
 
 
 class InstanceStartView(APIView):
@@ -87,16 +157,21 @@ class InstanceStartView(APIView):
         """Start (idempotent by business key); 200 envelope with `sync=true`, else 202."""
         sync = _is_sync(request)
         start = instance_start if sync else instance_start_accept
-        # A run that faults the instance raises PipelineFault: the exception handler answers.
-        outcome = start(
-            domain=domain,
-            workflow=workflow,
-            body=request.data,
-            info=_info(request),
-            version=request.query_params.get("version") or None,
-        )
+
+        def run() -> InstanceOutcome:
+            return start(
+                domain=domain,
+                workflow=workflow,
+                body=request.data,
+                info=_info(request),
+                version=request.query_params.get("version") or None,
+            )
+
+        if sync:
+            return _answer(domain, workflow, run, accepted=False)
+        outcome = run()
         # An idempotent start answers with the instance that already exists.
-        return _answer(outcome, accepted=not sync and outcome.created)
+        return _answer(domain, workflow, lambda: outcome, accepted=outcome.created)
 
 
 class InstanceTransitionView(APIView):
@@ -114,15 +189,19 @@ class InstanceTransitionView(APIView):
         """Admit and run the transition; 409 `Instance:100031` when the instance is busy."""
         sync = _is_sync(request)
         run = instance_transition if sync else instance_transition_accept
-        outcome = run(
-            domain=domain,
-            workflow=workflow,
-            ref=instance,
-            transition_key=transition,
-            body=request.data,
-            info=_info(request),
+        return _answer(
+            domain,
+            workflow,
+            lambda: run(
+                domain=domain,
+                workflow=workflow,
+                ref=instance,
+                transition_key=transition,
+                body=request.data,
+                info=_info(request),
+            ),
+            accepted=not sync,
         )
-        return _answer(outcome, accepted=not sync)
 
 
 class InstanceRetryView(APIView):
@@ -139,15 +218,20 @@ class InstanceRetryView(APIView):
         failed; 400 `Instance:100027` when the instance is not faulted, 409 when another retry
         has it. `sync=true`: 200 envelope; default: 202 and a job runs it."""
         sync = _is_sync(request)
-        outcome = instance_retry(
-            domain=domain,
-            workflow=workflow,
-            ref=instance,
-            body=request.data,
-            info=_info(request),
-            sync=sync,
+        return _answer(
+            domain,
+            workflow,
+            lambda: instance_retry(
+                domain=domain,
+                workflow=workflow,
+                ref=instance,
+                body=request.data,
+                info=_info(request),
+                sync=sync,
+            ),
+            accepted=not sync,
+            retried=True,
         )
-        return _answer(outcome, accepted=not sync)
 
 
 class InstanceDetailView(APIView):

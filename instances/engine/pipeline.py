@@ -19,6 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
+from instances.engine.boundaries import (
+    BoundaryAction,
+    Decision,
+    TaskError,
+    boundary_levels,
+    error_type_of,
+)
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import PipelineFault, Rejected
@@ -36,6 +43,7 @@ from instances.engine.records import (
     GuardKind,
     IncidentRow,
     InstanceSnapshot,
+    JobRow,
     PendingWrites,
     TransitionRow,
     stage_fault,
@@ -44,12 +52,29 @@ from instances.engine.script_runner import ScriptExecutor, ScriptRunner
 from instances.engine.scripts import ScriptError
 from instances.engine.steps import STEPS
 from instances.engine.task_types import TaskFailure
-from instances.engine.tasks import TaskRunner
-from instances.status import InstanceStatus, TransitionStatus, Trigger
+from instances.engine.tasks import TaskOutcome, TaskRunner
+from instances.status import InstanceStatus, JobKind, TransitionStatus, Trigger
 
 logger = logging.getLogger("vnext.pipeline")
 
 MAX_CHAIN_DEPTH = 50
+
+
+@dataclass(frozen=True)
+class TaskResume:
+    """Where an error-boundary retry picks a hop up: the task group (`phase`, `order`) whose
+    tasks `keys` failed; the groups after it run as usual, the ones before it are done."""
+
+    phase: str
+    order: int
+    keys: tuple[str, ...]
+
+    def selects(self, reference: dict[str, Any]) -> bool:
+        """True when `reference` runs in the resumed hop: a failed task of the group, or a
+        task of a later group."""
+        order = int(reference.get("order") or 1)
+        key = str((reference.get("task") or {}).get("key", "?"))
+        return order > self.order or (order == self.order and key in self.keys)
 
 
 @dataclass
@@ -75,6 +100,11 @@ class TransitionRequest:
     # Resume a hop whose ChangeState was committed by an earlier, interrupted run.
     resume_at: Order | None = None
     resume_from_state: str | None = None
+    # An error-boundary retry: the tasks it re-runs, how many retries came before, and the
+    # history row of the hop it continues.
+    resume_tasks: TaskResume | None = None
+    boundary_retries: int = 0
+    resume_row: uuid.UUID | None = None
 
 
 @dataclass
@@ -85,6 +115,8 @@ class EngineConfig:
     max_chain_depth: int = MAX_CHAIN_DEPTH
     # Where script calls run; None is the process-wide worker pool.
     script_executor: ScriptExecutor | None = None
+    # `context.configuration`: the values an operator chose to show scripts.
+    script_configuration: dict[str, Any] = field(default_factory=dict)
 
 
 class Engine:
@@ -108,7 +140,7 @@ class Engine:
         self.scripts = ScriptRunner(
             components, self.config.script_timeout_seconds, self.config.script_executor
         )
-        self.tasks = TaskRunner(components, self.scripts, reader)
+        self.tasks = TaskRunner(components, self.scripts, reader, self.config.script_configuration)
         self.steps = STEPS
 
     def execute(
@@ -141,6 +173,8 @@ class Hop:
     row: TransitionRow | None = None
     target_state: str = ""
     next_transition: TransitionDef | None = None
+    # How the next hop is triggered: automatic, or an error boundary's rollback/notify.
+    next_trigger: Trigger = Trigger.AUTOMATIC
     completed: bool = False
     executed: list[Order] = field(default_factory=list)
     # The attempt row is in the database (steps 19/20 committed it).
@@ -180,6 +214,8 @@ class Execution:
         self.committed = False
         self.task_responses: dict[str, Any] = {}
         self.hops: list[Hop] = []
+        # When an error-boundary retry is due: the run stopped, Busy, and a job resumes it.
+        self.awaiting_retry: datetime | None = None
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -193,11 +229,11 @@ class Execution:
             self.transition_row(hop)
         while True:
             self._run_hop(hop)
-            if hop.next_transition is None:
+            if hop.next_transition is None or self.awaiting_retry is not None:
                 return
             chained = TransitionRequest(
                 transition=hop.next_transition,
-                trigger=Trigger.AUTOMATIC,
+                trigger=hop.next_trigger,
                 actor=request.actor,
                 headers=request.headers,
                 query=request.query,
@@ -237,6 +273,13 @@ class Execution:
                 outcome = step.run(self, hop)
             except Rejected:
                 raise
+            except _Diverted as diverted:
+                self._divert(hop, diverted.failure, diverted.decision)
+                return
+            except _RetryScheduled:
+                return
+            except _BoundaryFault as unhandled:
+                self._fault(hop, unhandled.failure, unhandled.decision, unhandled.note)
             except StoreRefused as refused:
                 if not self.committed:
                     # Nothing was written and nobody holds Busy: the request itself is refused.
@@ -332,12 +375,15 @@ class Execution:
 
     # --- failure ------------------------------------------------------------------------------
 
-    def _fault(self, hop: Hop, exc: BaseException) -> NoReturn:
+    def _fault(
+        self, hop: Hop, exc: BaseException, decision: Decision | None = None, note: str = ""
+    ) -> NoReturn:
         """The one way a run fails after admission: in one transaction the instance becomes
         Faulted, the hop's history row and an incident say why (task, step, attempt, code), the
         state's timers are cancelled and the instance's locks released. If the database refuses
         the pending writes themselves, the fault is written without them."""
         code, http_status, message = _describe_failure(exc)
+        message += note
         now = self.engine.clock()
         row = hop.row or self.transition_row(hop)
         row.status = TransitionStatus.FAULTED
@@ -352,6 +398,8 @@ class Execution:
             task_key=getattr(exc, "task_key", "") or "",
             step=hop.executed[-1].name if hop.executed else "",
             attempt=hop.request.attempt,
+            boundary_action=decision.rule.action.title if decision else "",
+            boundary_level=str(decision.level) if decision else "",
         )
         if isinstance(exc, StoreRefused):
             self._drop_refused_writes(row, incident)
@@ -396,13 +444,181 @@ class Execution:
                 raise
             logger.error("fault of %s could not be recorded", self.instance.id)
 
+    # --- error boundaries ---------------------------------------------------------------------
+
+    def task_failed(
+        self, hop: Hop, outcome: TaskOutcome, reference: dict[str, Any], phase: str
+    ) -> bool:
+        """A task of `hop` failed: its error boundary decides. Returns True to skip the rest of
+        the task list (Ignore, Log), False to go on (no boundary anywhere and the task got an
+        answer); raises to fault (Abort, no matching rule), divert (Rollback, Notify) or stop
+        until a retry job is due (Retry)."""
+        failure = outcome.failure
+        assert failure is not None
+        state = self.definition.states.get(self.instance.current_state)
+        levels = boundary_levels(
+            reference,
+            state.raw.get("errorBoundary") if state is not None else None,
+            self.definition.attributes.get("errorBoundary"),
+        )
+        if not levels.defined:
+            if failure.answered:
+                logger.warning(
+                    "task %s of %s failed (%s) with no error boundary; its output handler had "
+                    "the answer, the run goes on",
+                    outcome.key,
+                    self.instance.id,
+                    failure.code,
+                )
+                return False
+            raise failure
+        error = TaskError(failure.code, failure.status, error_type_of(failure.code))
+        decision = levels.decide(error)
+        note = ""
+        if decision is not None and decision.action is BoundaryAction.RETRY:
+            retries = self._retries_before(hop, outcome, phase)
+            outcome.row.attempts = retries + 1
+            policy = decision.rule.retry_policy
+            if policy is not None and retries < policy.max_retries and not self.lock_free:
+                due = self.engine.clock() + policy.delay(retries + 1)
+                self._schedule_retry(hop, outcome, phase, retries + 1, due)
+                raise _RetryScheduled()
+            note = f" (after {retries} {'retry' if retries == 1 else 'retries'})"
+            exhausted, decision = decision, levels.decide(error, without_retry=True)
+            if decision is None:
+                raise _BoundaryFault(failure, exhausted, note)
+        if decision is None:
+            raise _BoundaryFault(failure, None, "")
+        action = decision.action
+        if action is BoundaryAction.ABORT:
+            raise _BoundaryFault(failure, decision, note)
+        if action in (BoundaryAction.ROLLBACK, BoundaryAction.NOTIFY):
+            raise _Diverted(failure, decision)
+        logger.log(
+            logging.WARNING if action is BoundaryAction.LOG else logging.INFO,
+            "task %s of %s failed (%s): %s by its %s error boundary; the rest of %s is skipped",
+            outcome.key,
+            self.instance.id,
+            failure.code,
+            action.title.lower() + "d" if action is BoundaryAction.IGNORE else "logged",
+            decision.level,
+            phase,
+        )
+        return True
+
+    def _retries_before(self, hop: Hop, outcome: TaskOutcome, phase: str) -> int:
+        # A resumed retry counts on from the retries before it, for the tasks it re-runs.
+        resume = hop.request.resume_tasks if hop.depth == 0 else None
+        if resume is None or resume.phase != phase or outcome.key not in resume.keys:
+            return 0
+        return hop.request.boundary_retries
+
+    def _schedule_retry(
+        self, hop: Hop, outcome: TaskOutcome, phase: str, retry: int, due: datetime
+    ) -> None:
+        """Stop the run with the instance still Busy: commit what it did (the failed attempt's
+        journal row and the data its output handler wrote) with a job, due at `due`, that
+        resumes the hop at the failed task under the same reservation."""
+        row = self.transition_row(hop)
+        self.writes.transitions[row.id] = row
+        step = hop.executed[-1]
+        self.writes.jobs.append(
+            JobRow(
+                kind=JobKind.TRANSITION,
+                run_at=due,
+                payload={
+                    "boundaryRetry": {
+                        "transition": hop.transition.key,
+                        "kind": hop.transition.kind,
+                        "fromState": hop.source_state or "",
+                        "trigger": int(hop.request.trigger),
+                        "step": step.name,
+                        "phase": phase,
+                        "order": outcome.row.order,
+                        "tasks": [outcome.key],
+                        "retry": retry,
+                        "rowId": str(row.id),
+                        "resolvesIncidents": self.hops[0].request.resolves_incidents,
+                    },
+                    "reservation": self.owner,
+                    "actor": hop.request.actor,
+                    "headers": hop.request.headers,
+                    "query": hop.request.query,
+                },
+            )
+        )
+        self.flush()
+        self.awaiting_retry = due
+        logger.info(
+            "task %s of %s failed; error-boundary retry %s due at %s",
+            outcome.key,
+            self.instance.id,
+            retry,
+            due.isoformat(),
+        )
+
+    def _divert(self, hop: Hop, failure: TaskFailure, decision: Decision) -> None:
+        """Rollback or Notify: the hop ends `diverted`, a resolved incident records why, and
+        the rule's transition runs next under the ErrorBoundary profile, inside the Busy
+        ownership this run holds (OwnerReentry)."""
+        key = decision.rule.transition
+        current = self.instance.current_state
+        transition = self.definition.transition_for(current, key) or self.definition.find_any(key)
+        if transition is None:
+            self._fault(hop, failure, decision, f" (its transition {key!r} does not exist)")
+        now = self.engine.clock()
+        row = self.transition_row(hop)
+        row.status = TransitionStatus.DIVERTED
+        row.error_code, row.error_message, row.finished_at = failure.code, failure.message, now
+        row.to_state = current
+        self.writes.transitions[row.id] = row
+        action = decision.action.title
+        self.writes.incidents.append(
+            IncidentRow(
+                transition_id=row.id,
+                state=current,
+                transition_key=hop.transition.key,
+                error_code=failure.code,
+                message=failure.message,
+                layer="task",
+                task_key=failure.task_key,
+                step=hop.executed[-1].name if hop.executed else "",
+                attempt=hop.request.attempt,
+                resolved=True,
+                resolved_at=now,
+                resolution=f"{action.lower()} to {key}",
+                resolved_by="error boundary",
+                boundary_action=action,
+                boundary_level=str(decision.level),
+            )
+        )
+        if self.lock_free:
+            # updateData committed nothing under Busy: its writes go first, then an ordinary run.
+            self.flush()
+            self.lock_free = False
+        logger.warning(
+            "task %s of %s failed (%s): %s by its %s error boundary to %s",
+            failure.task_key,
+            self.instance.id,
+            failure.code,
+            action.lower(),
+            decision.level,
+            key,
+        )
+        hop.next_transition = transition
+        hop.next_trigger = Trigger.ERROR_BOUNDARY
+
     def transition_row(self, hop: Hop) -> TransitionRow:
         """The hop's history row, created on first use (its id is derived from a job's seed)."""
         if hop.row is not None:
             return hop.row
         seed = hop.request.row_seed
+        if hop.depth == 0 and hop.request.resume_row is not None:
+            row_id = hop.request.resume_row
+        else:
+            row_id = uuid.uuid5(seed, str(hop.depth)) if seed else uuid.uuid4()
         hop.row = TransitionRow(
-            id=uuid.uuid5(seed, str(hop.depth)) if seed else uuid.uuid4(),
+            id=row_id,
             transition_key=hop.transition.key,
             from_state=hop.source_state or "",
             to_state=hop.target_state,
@@ -415,6 +631,26 @@ class Execution:
             stage=hop.request.stage,
         )
         return hop.row
+
+
+class _Diverted(Exception):
+    """A Rollback or Notify rule handled a task failure."""
+
+    def __init__(self, failure: TaskFailure, decision: Decision) -> None:
+        super().__init__(failure.code)
+        self.failure, self.decision = failure, decision
+
+
+class _RetryScheduled(Exception):
+    """A Retry rule scheduled the next attempt: the run stops here, Busy."""
+
+
+class _BoundaryFault(Exception):
+    """An Abort rule, no matching rule, or exhausted retries: the instance faults."""
+
+    def __init__(self, failure: TaskFailure, decision: Decision | None, note: str) -> None:
+        super().__init__(failure.code)
+        self.failure, self.decision, self.note = failure, decision, note
 
 
 def _printable(text: str) -> str:

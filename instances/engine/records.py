@@ -137,6 +137,11 @@ class IncidentRow:
     resolved: bool = False
     resolution: str = ""
     resolved_by: str = ""
+    resolved_at: datetime | None = None
+    # The error-boundary rule that decided (`Abort`, `Rollback`, ...) and its level
+    # (`Task`, `State`, `Global`); empty when no rule matched.
+    boundary_action: str = ""
+    boundary_level: str = ""
 
 
 @dataclass

@@ -70,8 +70,10 @@ def script_context(
     query: dict[str, Any] | None = None,
     task_responses: dict[str, Any] | None = None,
     event_payload: Any = None,
+    configuration: dict[str, Any] | None = None,
 ) -> ScriptObject:
-    """The `context` argument of every handler."""
+    """The `context` argument of every handler. `configuration` holds the values the operator
+    chose to show scripts (`VNEXT_SCRIPT_CONFIGURATION`), never settings or secrets."""
     return ScriptObject(
         instance=instance_view(instance),
         body=copy.deepcopy(body) if body is not None else {},
@@ -80,6 +82,7 @@ def script_context(
         transition=ScriptObject(key=transition_key),
         task_responses=dict(task_responses or {}),
         event_payload=event_payload,
+        configuration=dict(configuration or {}),
     )
 
 

@@ -54,19 +54,32 @@ def _context(execution: Execution, hop: Hop, **extra: Any) -> Any:
         headers=hop.request.headers,
         query=hop.request.query,
         task_responses=execution.task_responses,
+        configuration=execution.engine.config.script_configuration,
         **extra,
     )
+
+
+def _resumed(hop: Hop, phase: str) -> bool:
+    # An error-boundary retry re-enters its hop at the failed task of this phase.
+    resume = hop.request.resume_tasks
+    return hop.depth == 0 and resume is not None and resume.phase == phase
 
 
 def _run_tasks(
     execution: Execution, hop: Hop, references: list[dict[str, Any]], phase: str
 ) -> None:
+    resume = hop.request.resume_tasks if _resumed(hop, phase) else None
+    if resume is not None:
+        references = [reference for reference in references if resume.selects(reference)]
     if not references:
         return
     execution.ensure_busy()
     row = hop.row
 
     def merge(outcome: TaskOutcome) -> None:
+        if resume is not None and outcome.key in resume.keys:
+            # The journal numbers the attempts of a task its error boundary retried.
+            outcome.row.attempts = hop.request.boundary_retries + 1
         execution.writes.tasks.append(outcome.row)
         if outcome.response is not None:
             execution.task_responses[outcome.key] = outcome.response
@@ -82,6 +95,7 @@ def _run_tasks(
         transition_id=row.id if row else None,
         task_responses=execution.task_responses,
         on_done=merge,
+        on_failed=lambda outcome, reference: execution.task_failed(hop, outcome, reference, phase),
     )
 
 
@@ -271,6 +285,10 @@ class OnExecuteStep(Step):
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         transition = hop.transition
         mapping = transition.raw.get("mapping")
+        if _resumed(hop, "onExecute"):
+            # A retry of a failed task: the mapping already ran (and was committed).
+            _run_tasks(execution, hop, transition.tasks, "onExecute")
+            return Outcome.proceed()
         if isinstance(mapping, dict) and mapping.get("code"):
             returned = execution.engine.scripts.call(
                 mapping, execution.definition, "handler", _context(execution, hop)

@@ -71,6 +71,8 @@ class TaskRunner:
     components: Components
     scripts: ScriptRunner
     reader: InstanceReader | None = None
+    # `context.configuration` of every mapping: values the operator chose to show scripts.
+    configuration: dict[str, Any] = field(default_factory=dict)
 
     def run(
         self,
@@ -83,9 +85,12 @@ class TaskRunner:
         transition_id: Any,
         task_responses: dict[str, Any],
         on_done: Callable[[TaskOutcome], None],
+        on_failed: Callable[[TaskOutcome, dict[str, Any]], bool] | None = None,
     ) -> None:
         """Run `references` group by group; report each outcome, in definition order, to
-        `on_done` (which merges its data); raise the first failure once its group is done."""
+        `on_done` (which merges its data). Once a group is done, its first failure goes to
+        `on_failed` with its reference, which raises, or returns True to skip the groups after
+        it, False to go on; without `on_failed` the failure is raised."""
         indexed = sorted(enumerate(references), key=lambda pair: int(pair[1].get("order") or 1))
         for _, group_iter in groupby(indexed, key=lambda pair: int(pair[1].get("order") or 1)):
             group = [reference for _, reference in group_iter]
@@ -108,9 +113,17 @@ class TaskRunner:
                     outcomes = list(pool.map(self._in_worker(one), group))
             for outcome in outcomes:
                 on_done(outcome)
-            failed = next((o for o in outcomes if o.failure is not None), None)
-            if failed is not None and failed.failure is not None:
-                raise failed.failure
+            failed = next(
+                ((o, ref) for o, ref in zip(outcomes, group, strict=True) if o.failure), None
+            )
+            if failed is None:
+                continue
+            outcome, reference = failed
+            if on_failed is None:
+                assert outcome.failure is not None
+                raise outcome.failure
+            if on_failed(outcome, reference):
+                return
 
     def _in_worker(self, action: Callable[[dict[str, Any]], TaskOutcome]) -> Callable[..., Any]:
         def run(reference: dict[str, Any]) -> TaskOutcome:
@@ -179,6 +192,7 @@ class TaskRunner:
                 instance,
                 transition_key=transition_key,
                 task_responses=task_responses,
+                configuration=self.configuration,
             )
             input_data: Any = None
             if script is not None and script.has("input_handler"):
@@ -186,20 +200,23 @@ class TaskRunner:
                     # The handler may change the task (url, headers, body): take its changes back.
                     returned = script.call("input_handler", task, context, updates=(0,))
                 except ScriptError as exc:
-                    raise TaskFailure(
-                        _mapping_code(exc, Codes.TASK_INPUT_MAPPING_FAILED), str(exc)
-                    ) from exc
+                    raise _input_failure(key, task_type, exc) from exc
                 input_data = response_data(returned)
                 if isinstance(returned, ScriptResponse) and returned.headers:
                     task.headers = {**(task.get("headers") or {}), **returned.headers}
-            response = executor(
-                TaskCall(
-                    task=task,
-                    input_data=input_data,
-                    domain=instance.domain,
-                    reader=self.reader,
-                )
+            call = TaskCall(
+                task=task, input_data=input_data, domain=instance.domain, reader=self.reader
             )
+            try:
+                response = executor(call)
+            except TaskFailure as failure:
+                if failure.response is None:
+                    raise
+                # The answer of a failed call is still an answer: the output handler sees it
+                # (and may record it) whatever an error boundary then decides.
+                failure.task_key = key
+                patch = self._output(script, context, failure.response, task_type)
+                return outcome(TaskStatus.FAILED, failure.response.as_dict(), patch, failure)
             patch = self._output(script, context, response, task_type)
             return outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
         except TaskFailure as failure:
@@ -226,6 +243,16 @@ class TaskRunner:
         if task_type == "7" and isinstance(response.data, dict):
             return response.data
         return {}
+
+
+def _input_failure(key: str, task_type: str, exc: ScriptError) -> TaskFailure:
+    # A script task's input handler is its work: when it raises, the task failed with a 500
+    # (`Task:Script:<key>:500`, as in vNext); other tasks' input mappings fail with 400007.
+    stopped = _mapping_code(exc, Codes.TASK_INPUT_MAPPING_FAILED)
+    if task_type == "7" and stopped == Codes.TASK_INPUT_MAPPING_FAILED:
+        error = ErrorCode(f"Task:Script:{key}:500", 500, "Script task failed")
+        return TaskFailure(error, str(exc), status=500)
+    return TaskFailure(stopped, str(exc))
 
 
 def _mapping_code(exc: ScriptError, default: ErrorCode) -> ErrorCode:

@@ -151,13 +151,16 @@ def test_a_feature_this_version_does_not_execute_is_rejected_with_its_pointer(
     shutil.copytree(example / "Workflows/instance-management", tmp_path / "flow")
     path = tmp_path / "flow" / "instance-management-test-workflow.json"
     document = json.loads(path.read_text())
-    document["attributes"]["errorBoundary"] = {"onError": [{"action": 5}]}
+    document["attributes"]["errorBoundary"] = {"onTimeout": {"action": 0}}
     document["attributes"]["states"][0]["queryRoles"] = [{"role": "ops", "grant": "allow"}]
     path.write_text(json.dumps(document))
 
     code, out, err = run("validate_components", str(tmp_path), capsys=capsys)
     assert code == 1
-    assert "/attributes/errorBoundary: error boundary is not supported by this version" in err
+    assert (
+        "/attributes/errorBoundary/onTimeout: error boundary timeout policy "
+        "(errorBoundary.onTimeout) is not supported by this version"
+    ) in err
     assert "/attributes/states/0/queryRoles: query roles is not supported by this version" in err
     assert "1 rejected" in out
     assert "1 valid" in out

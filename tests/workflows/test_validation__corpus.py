@@ -67,9 +67,8 @@ UNSUPPORTED_USES: dict[str, set[str]] = {
     "Workflows/timeout-lab/timeout-lab-parent.json": {"subflow state"},
     # A SubFlow state, and a declared domain function (til-cached-echo).
     "Workflows/display-labels-lab/display-labels-lab.json": {"subflow state", "custom function"},
-    # Error boundaries at workflow, state and task level (and one state's queryRoles).
-    "Workflows/error-boundary-lab/error-boundary-lab-global.json": {"error boundary"},
-    "Workflows/error-boundary-lab/error-boundary-lab.json": {"error boundary", "query roles"},
+    # One state's queryRoles (its error boundaries are executed).
+    "Workflows/error-boundary-lab/error-boundary-lab.json": {"query roles"},
     # A workflow-level event (start by event) and a triggerType 3 event transition.
     "Workflows/event-driven-lab/event-driven-lab.json": {
         "start by event (attributes.event)",

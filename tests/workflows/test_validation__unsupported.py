@@ -223,37 +223,23 @@ def _row(prefix: str) -> str:
 # The first use of each row is its minimal use: the only violation of its document.
 USES = [
     Use(
-        _row("error boundary"),
+        _row("error boundary timeout"),
         "task level",
-        setting(*SUBMIT_TASK, "errorBoundary", value={"onError": [{"action": 0}]}),
-        ["/attributes/states/0/transitions/0/onExecutionTasks/0/errorBoundary"],
+        setting(*SUBMIT_TASK, "errorBoundary", value={"onTimeout": {"action": 0}}),
+        ["/attributes/states/0/transitions/0/onExecutionTasks/0/errorBoundary/onTimeout"],
     ),
     Use(
-        _row("error boundary"),
-        "state and workflow level, onTimeout only",
+        _row("error boundary timeout"),
+        "state and workflow level, beside onError rules (which are executed)",
         each(
-            setting(*REVIEW_PATH, "errorBoundary", value={"onError": [{"action": 3}]}),
+            setting(
+                *REVIEW_PATH,
+                "errorBoundary",
+                value={"onError": [{"action": 3}], "onTimeout": {"action": 0}},
+            ),
             setting("attributes", "errorBoundary", value={"onTimeout": {"action": 0}}),
         ),
-        ["/attributes/errorBoundary", "/attributes/states/1/errorBoundary"],
-    ),
-    Use(
-        _row("error boundary"),
-        "onEntries and onExits items",
-        each(
-            setting(*REVIEW_PATH, "onEntries", value=[task_ref()]),
-            setting(*REVIEW_PATH, "onExits", value=[task_ref()]),
-            setting(
-                *REVIEW_PATH, "onEntries", 0, "errorBoundary", value={"onError": [{"action": 5}]}
-            ),
-            setting(
-                *REVIEW_PATH, "onExits", 0, "errorBoundary", value={"onError": [{"action": 5}]}
-            ),
-        ),
-        [
-            "/attributes/states/1/onEntries/0/errorBoundary",
-            "/attributes/states/1/onExits/0/errorBoundary",
-        ],
+        ["/attributes/errorBoundary/onTimeout", "/attributes/states/1/errorBoundary/onTimeout"],
     ),
     Use(
         _row("long-poll"),
@@ -529,10 +515,10 @@ def test_several_features_are_all_reported_at_once():
 # --- neutral values -----------------------------------------------------------------------------
 
 NEUTRAL = {
-    "errorBoundary null, {} and no rules": each(
+    "errorBoundary null, {} and rules without onTimeout": each(
         setting("attributes", "errorBoundary", value=None),
         setting(*REVIEW_PATH, "errorBoundary", value={}),
-        setting(*SUBMIT_TASK, "errorBoundary", value={"onError": []}),
+        setting(*SUBMIT_TASK, "errorBoundary", value={"onError": [{"action": 5}]}),
     ),
     "interaction null": setting(*REVIEW_PATH, "interaction", value=None),
     "interaction without longPoll": setting(*REVIEW_PATH, "interaction", value={}),

@@ -7,7 +7,10 @@ semantic finding that can be made, never an exception.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
+
+from django.utils.dateparse import parse_duration
 
 from instances.engine.errors import Violation
 from workflows.documents import KIND_BY_FLOW, ComponentKind, ComponentRef, json_pointer
@@ -126,7 +129,6 @@ def _workflow_violations(document: dict[str, Any]) -> Iterator[Violation]:
             yield Violation(
                 json_pointer(*base, "subFlow"), "a subflow state (stateType 4) needs subFlow"
             )
-        yield from _error_boundary_violations(state.get("errorBoundary"), (*base, "errorBoundary"))
 
     for s_index, shared in _dicts(attributes.get("sharedTransitions")):
         path = ("attributes", "sharedTransitions", s_index)
@@ -152,9 +154,16 @@ def _workflow_violations(document: dict[str, Any]) -> Iterator[Violation]:
     timeout = attributes.get("timeout")
     if isinstance(timeout, dict):
         yield from _target_violations(timeout, ("attributes", "timeout"), state_keys, False)
-    yield from _error_boundary_violations(
-        attributes.get("errorBoundary"), ("attributes", "errorBoundary")
-    )
+    # A rollback/notify rule's transition: any transition of the workflow (it runs even where
+    # it is not available).
+    transition_keys = {
+        t.get("key") for _, state in states for _, t in _dicts(state.get("transitions"))
+    }
+    transition_keys |= {t.get("key") for _, t in _dicts(attributes.get("sharedTransitions"))}
+    for name in ("startTransition", "cancel", "exit", "updateData"):
+        transition_keys.add(_object(attributes.get(name)).get("key"))
+    for path, boundary in _boundaries(attributes, ("attributes",)):
+        yield from _error_boundary_violations(boundary, path, transition_keys)
 
 
 def _state_violations(
@@ -257,17 +266,41 @@ def _available_in_violations(
             )
 
 
-def _error_boundary_violations(boundary: Any, path: tuple[Any, ...]) -> Iterator[Violation]:
+def _boundaries(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """Every `errorBoundary` in the workflow (global, states, task references), with its path."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "errorBoundary":
+                yield (*path, key), value
+            elif isinstance(value, dict | list):
+                yield from _boundaries(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _boundaries(value, (*path, index))
+
+
+def _error_boundary_violations(
+    boundary: Any, path: tuple[Any, ...], transition_keys: set[Any]
+) -> Iterator[Violation]:
     if not isinstance(boundary, dict):
         return
     for index, rule in _dicts(boundary.get("onError")):
         rule_path = (*path, "onError", index)
         action = rule.get("action")
-        if action in (ROLLBACK, NOTIFY) and not rule.get("transition"):
+        transition = rule.get("transition")
+        if action in (ROLLBACK, NOTIFY) and not transition:
             yield Violation(
                 json_pointer(*rule_path, "transition"),
                 "Rollback and Notify rules name the transition to trigger",
             )
+        elif action in (ROLLBACK, NOTIFY) and transition not in transition_keys:
+            yield Violation(
+                json_pointer(*rule_path, "transition"),
+                f"transition {transition!r} does not exist in this workflow",
+            )
+        policy = rule.get("retryPolicy")
+        if action == RETRY and isinstance(policy, dict):
+            yield from _retry_policy_violations(policy, (*rule_path, "retryPolicy"))
         if action == ABORT and rule.get("transition"):
             yield Violation(
                 json_pointer(*rule_path, "transition"), "an Abort rule names no transition"
@@ -276,6 +309,28 @@ def _error_boundary_violations(boundary: Any, path: tuple[Any, ...]) -> Iterator
             yield Violation(
                 json_pointer(*rule_path, "retryPolicy"), "a Retry rule needs a retryPolicy"
             )
+
+
+def _retry_policy_violations(policy: dict[str, Any], path: tuple[Any, ...]) -> Iterator[Violation]:
+    initial = _iso_duration(policy.get("initialDelay"))
+    if initial is not None and initial <= timedelta(0):
+        yield Violation(
+            json_pointer(*path, "initialDelay"), "initialDelay must be longer than zero"
+        )
+    largest = _iso_duration(policy.get("maxDelay"))
+    if largest is not None and initial is not None and largest < initial:
+        yield Violation(
+            json_pointer(*path, "maxDelay"), "maxDelay must not be shorter than initialDelay"
+        )
+
+
+def _iso_duration(value: Any) -> timedelta | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_duration(value)
+    except (OverflowError, ValueError):
+        return None
 
 
 # --- fan-out tasks (seed 002, "Doğrulama") --------------------------------------------------------

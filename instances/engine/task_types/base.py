@@ -14,10 +14,12 @@ from instances.engine.script_wire import ScriptObject
 class StandardResponse:
     """A task's standard response; an output handler sees it as `context.body`."""
 
-    status_code: int
+    status_code: int | None
     data: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     is_success: bool = True
+    # Why the task failed (an HTTP call that answered 503, timed out, could not connect).
+    error_message: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The response as scripts and the task journal see it."""
@@ -26,20 +28,34 @@ class StandardResponse:
             "data": self.data,
             "headers": self.headers,
             "is_success": self.is_success,
+            "error_message": self.error_message,
         }
 
 
 class TaskFailure(Exception):
     """A task failed with a public error code from the table (`Task:Http:503`,
-    `Task:Http:Timeout`, ...)."""
+    `Task:Http:Timeout`, ...).
+
+    A failure with a `response` got an answer (an HTTP call that answered 503, timed out or
+    could not connect): the output handler sees that response like any other, and without an
+    error boundary the pipeline goes on. `status` is what error boundaries match `500`-style
+    codes against."""
 
     def __init__(
-        self, error: ErrorCode, message: str, response: StandardResponse | None = None
+        self,
+        error: ErrorCode,
+        message: str,
+        response: StandardResponse | None = None,
+        *,
+        status: int | None = None,
     ) -> None:
         super().__init__(message)
         self.error = error
         self.message = message
         self.response = response
+        if status is None and response is not None:
+            status = response.status_code
+        self.status = status
         # The task that failed, set by the task runner (an incident names it).
         self.task_key = ""
 
@@ -47,6 +63,11 @@ class TaskFailure(Exception):
     def code(self) -> str:
         """The public code, e.g. `Task:Http:503`."""
         return self.error.code
+
+    @property
+    def answered(self) -> bool:
+        """True when the task got an answer its output handler can look at."""
+        return self.response is not None
 
 
 @dataclass

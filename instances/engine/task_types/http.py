@@ -1,4 +1,7 @@
-"""Task type 6: an HTTP call with httpx. Non-2xx answers fail with `Task:Http:<status>`."""
+"""Task type 6: an HTTP call with httpx. An answer outside 2xx (and `acceptedStatusCodes`)
+fails with `Task:Http:<status>`; a timeout with `Task:Http:Timeout`, a connection failure with
+`Task:Http:Transport`. Every failure carries a response (`is_success` false, `status_code`,
+`error_message`) for the output handler, as the vNext HTTP task does."""
 
 from __future__ import annotations
 
@@ -26,11 +29,11 @@ def execute_http(call: TaskCall) -> StandardResponse:
             verify=bool(task.get("validate_ssl", True)),
         )
     except httpx.TimeoutException as exc:
-        raise TaskFailure(
-            Codes.TASK_HTTP_TIMEOUT, f"HTTP {method} timed out after {timeout:g} s"
-        ) from exc
+        message = f"HTTP {method} timed out after {timeout:g} s"
+        raise TaskFailure(Codes.TASK_HTTP_TIMEOUT, message, _unanswered(message)) from exc
     except httpx.HTTPError as exc:
-        raise TaskFailure(Codes.TASK_HTTP_TRANSPORT, f"HTTP {method} failed: {exc}") from exc
+        message = f"HTTP {method} failed: {exc}"
+        raise TaskFailure(Codes.TASK_HTTP_TRANSPORT, message, _unanswered(message)) from exc
     result = StandardResponse(
         status_code=response.status_code,
         data=_payload(response),
@@ -38,13 +41,14 @@ def execute_http(call: TaskCall) -> StandardResponse:
         is_success=response.is_success,
     )
     if not result.is_success and not accepted(response.status_code, task.get("accepted") or []):
-        raise TaskFailure(
-            Codes.task_http(response.status_code),
-            f"HTTP {method} answered {response.status_code}",
-            result,
-        )
+        result.error_message = f"HTTP {method} answered {response.status_code}"
+        raise TaskFailure(Codes.task_http(response.status_code), result.error_message, result)
     result.is_success = True
     return result
+
+
+def _unanswered(message: str) -> StandardResponse:
+    return StandardResponse(status_code=None, is_success=False, error_message=message)
 
 
 def _payload(response: httpx.Response) -> Any:

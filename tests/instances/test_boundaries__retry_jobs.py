@@ -1,0 +1,138 @@
+"""Error-boundary retries are durable jobs at the policy's due times, never sleeps: an async
+transition whose HTTP task keeps answering 503 under an exponential policy (PT1S, x2, capped at
+PT3S, 3 retries, no jitter) leaves one retry job at a time, due 1 s, 2 s, then 3 s after the
+failure that scheduled it; the instance stays Busy under the job's reservation (the stranded-Busy
+reaper leaves it alone) and faults through the Abort fallback once the retries are spent."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from instances.job_handlers import instances_reap_stranded_busy, jobs_run_due
+from instances.models import Incident, Instance, InstanceTask, Job
+from tests.engine.builders import state, transition, workflow
+from tests.instances.eb_lab_stub import eb_lab_stub
+from tests.instances.http_server import http_server
+from tests.instances.scenario_api import make_due
+from tests.instances.workflows import http_ref, http_task, publish
+
+pytestmark = pytest.mark.django_db
+
+BASE = "/api/v1/core/workflows/retrying/instances"
+POLICY = {
+    "maxRetries": 3,
+    "initialDelay": "PT1S",
+    "backoffType": 1,
+    "backoffMultiplier": 2,
+    "maxDelay": "PT3S",
+    "useJitter": False,
+}
+
+
+def retrying_workflow(url: str, codes: tuple[str, ...] | list[str] = ("503",)) -> None:
+    reference = http_ref("flaky-call")
+    reference["errorBoundary"] = {
+        "onError": [
+            {"action": 1, "errorCodes": list(codes), "priority": 1, "retryPolicy": POLICY},
+            {"action": 0, "priority": 999},
+        ]
+    }
+    publish(
+        http_task("flaky-call", url),
+        workflow(
+            [
+                state("idle", 1, [transition("call", "called", onExecutionTasks=[reference])]),
+                state("called", 2),
+            ],
+            key="retrying",
+        ),
+    )
+
+
+def retry_jobs(instance_id: str) -> list[Job]:
+    return list(
+        Job.objects.filter(instance_id=instance_id, payload__has_key="boundaryRetry").order_by(
+            "created_at"
+        )
+    )
+
+
+def test_retries_wait_the_policy_delays_as_jobs_then_fall_back_to_abort(
+    operator_client: Any, settings: Any
+):
+    with http_server() as base:
+        retrying_workflow(f"{base}/status/503")
+        created = operator_client.post(f"{BASE}/start?sync=true", {}, format="json").json()
+        instance_id = created["id"]
+        accepted = operator_client.patch(
+            f"{BASE}/{instance_id}/transitions/call", {}, format="json"
+        )
+        assert accepted.status_code == 202
+        jobs_run_due()
+
+        waits = []
+        for retry in (1, 2, 3):
+            (job,) = [j for j in retry_jobs(instance_id) if j.status == "pending"]
+            assert job.payload["boundaryRetry"]["retry"] == retry
+            waits.append(job.run_at - job.created_at)
+            instance = Instance.objects.get(pk=instance_id)
+            assert (instance.status, instance.busy_owner) == ("B", job.payload["reservation"])
+            # Busy for the job's reservation: the reaper must not fault it, however old.
+            settings.VNEXT = {**settings.VNEXT, "BUSY_LEASE_SECONDS": 0.0}
+            assert instances_reap_stranded_busy() == 0
+            make_due(job)
+            jobs_run_due()
+
+    expected = [timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=3)]
+    for waited, due in zip(waits, expected, strict=True):
+        # The job row is inserted a moment after the engine computed its due time.
+        assert due - timedelta(milliseconds=250) <= waited <= due, waits
+    instance = Instance.objects.get(pk=instance_id)
+    assert (instance.status, instance.current_state) == ("F", "idle")
+    incident = Incident.objects.get(instance_id=instance_id)
+    assert (incident.boundary_action, incident.boundary_level) == ("Abort", "Task")
+    assert incident.error_code == "Task:Http:503"
+    assert "after 3 retries" in incident.message
+    # One journal row per attempt, numbered.
+    attempts = InstanceTask.objects.filter(task_key="flaky-call").order_by("attempts")
+    assert [(row.status, row.attempts) for row in attempts] == [
+        ("failed", 1),
+        ("failed", 2),
+        ("failed", 3),
+        ("failed", 4),
+    ]
+
+
+def test_a_retry_that_succeeds_finishes_the_transition_without_an_incident(operator_client: Any):
+    with eb_lab_stub() as stub:
+        # Answers 500, 500, then 200.
+        retrying_workflow(f"{stub.base_url}/api/eb-lab/flaky", codes=["500"])
+        instance_id = operator_client.post(f"{BASE}/start?sync=true", {}, format="json").json()
+        instance_id = instance_id["id"]
+        operator_client.patch(f"{BASE}/{instance_id}/transitions/call", {}, format="json")
+        jobs_run_due()
+        for _ in range(2):
+            (job,) = [j for j in retry_jobs(instance_id) if j.status == "pending"]
+            make_due(job)
+            assert jobs_run_due() == {"succeeded": 1}
+        assert stub.calls["/api/eb-lab/flaky"] == 3
+
+    instance = Instance.objects.get(pk=instance_id)
+    assert (instance.status, instance.current_state, instance.busy_owner) == ("A", "called", "")
+    assert not Incident.objects.filter(instance_id=instance_id).exists()
+    journal = InstanceTask.objects.filter(task_key="flaky-call").order_by("attempts")
+    assert [(row.status, row.attempts) for row in journal] == [
+        ("failed", 1),
+        ("failed", 2),
+        ("succeeded", 3),
+    ]
+    # The hop kept one history row through its retries, completed at the end.
+    assert [
+        (row.transition_key, row.status) for row in instance.transitions.order_by("started_at")
+    ] == [
+        ("start", "completed"),
+        ("call", "completed"),
+    ]
