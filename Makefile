@@ -35,9 +35,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-py$(PYVER)
 PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/vnext_test
+# The browser tests (tests/site/test_admin__browser_*.py) drive Debian's chromium through its
+# chromedriver; `make browser` installs both with apt-get (as root, or through sudo).
+CHROMEDRIVER := /usr/bin/chromedriver
+BROWSER_PACKAGES := chromium chromium-driver
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .DEFAULT_GOAL := help
-.PHONY: help install python run test lint format bench worker beat migrate clean
+.PHONY: help install python browser run test lint format bench worker beat migrate clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -66,10 +71,19 @@ python: ## Show the Python the virtualenv is made with (choose another with PYTH
 	@if [ -n "$(PYVER)" ]; then echo "$(PYVER) $(PYTHON)"; \
 	else echo "No Python >= 3.11 found ($(or $(PYTHON),$(PYTHON_CHOICES)))" >&2; exit 1; fi
 
+browser: ## Install chromium and chromedriver for the browser tests (apt-get; once)
+	@[ -x $(CHROMEDRIVER) ] || { \
+	  echo "==> $(CHROMEDRIVER) is missing: apt-get install $(BROWSER_PACKAGES)"; \
+	  apt="$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get"; \
+	  packages="-y --no-install-recommends $(BROWSER_PACKAGES)"; \
+	  $$apt install $$packages \
+	  || { echo "==> retrying after apt-get update"; $$apt update && $$apt install $$packages; } \
+	  || { echo "Could not install $(BROWSER_PACKAGES): install them as root" >&2; exit 1; }; }
+
 run: $(STAMP) ## Embedded server: SQLite, examples loaded, operator account, http://127.0.0.1:$(PORT)
 	PORT=$(PORT) $(PY) manage.py vnext_run
 
-test: $(STAMP) lint ## Lint, then the whole suite against PostgreSQL
+test: $(STAMP) browser lint ## Lint, then the whole suite against PostgreSQL (and a browser)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) -m pytest $(PYTEST_ARGS) || { \
 	  code=$$?; [ $$code -ne 5 ] || echo "pytest ran no test (exit 5): check PYTEST_ARGS" >&2; \
 	  exit $$code; }
