@@ -563,7 +563,12 @@ def operator_retry(*, instance: Instance, actor: str) -> OperatorResult:
             body={},
             info=RequestInfo(actor=actor),
         )
-        result = OperatorResult(instance.id, RETRIED, f"status {outcome.instance.status}")
+        detail = f"status {outcome.instance.status}"
+        due = outcome.execution.awaiting_retry if outcome.execution else None
+        if due is not None:
+            # Its error boundary retries a task again later: a job runs it when due.
+            detail += f", error-boundary retry due {due:%Y-%m-%d %H:%M:%S} UTC"
+        result = OperatorResult(instance.id, RETRIED, detail)
     except (PipelineFault, VNextError) as failure:
         result = _failed(instance, failure)
     return _audited(result, actor, OperatorAction.Action.RETRY, plan.reruns)
