@@ -15,6 +15,7 @@ from instances.job_handlers import instances_reap_stranded_busy, job_run, jobs_r
 from instances.models import Incident, Instance, InstanceTransition, Job
 from instances.queue import job_claim, job_complete, jobs_prune_finished
 from tests.engine.builders import script, state, transition, workflow
+from tests.instances.answers import fault_code
 from tests.instances.workflows import ping_pong, publish
 
 pytestmark = pytest.mark.django_db
@@ -196,8 +197,8 @@ def test_a_timer_script_that_throws_faults_with_an_incident(operator_client):
     timer_node["code"] = "def handler(context):\n    raise RuntimeError('calendar down')\n"
     publish(document)
     response = operator_client.post(f"{TIMERS}/start?sync=true", {"n": 1}, format="json")
-    assert (response.status_code, response.json()["errorCode"]) == (422, "Script:100001")
-    instance_id = response.json()["instanceId"]
+    assert fault_code(response) == "Script:100001"
+    instance_id = response.json()["id"]
     row = Instance.objects.get(pk=instance_id)
     assert (row.status, row.current_state, row.data) == ("F", "waiting", {"n": 1})
     assert "calendar down" in Incident.objects.get(instance_id=instance_id).message

@@ -11,6 +11,7 @@ import pytest
 from instances.job_handlers import jobs_run_due
 from instances.models import Incident, Instance, InstanceTransition
 from tests.engine.builders import state, transition, workflow
+from tests.instances.answers import fault_code
 from tests.instances.http_server import http_server
 from tests.instances.operator_fixtures import DIVIDE
 from tests.instances.test_admission__concurrency import race
@@ -51,7 +52,7 @@ def retry(client, instance_id: str, body=None):
 def test_fix_the_cause_and_retry_completes_the_transition(operator_client):
     publish(repairable(on_execute=[DIVIDE]))
     instance_id = started(operator_client)
-    assert compute(operator_client, instance_id).status_code == 502
+    assert fault_code(compute(operator_client, instance_id)) == "Task:400008"
 
     response = retry(operator_client, instance_id, {"attributes": {"divisor": 4}})
 
@@ -80,7 +81,12 @@ def test_a_retry_that_faults_again_opens_a_new_incident_and_stays_retryable(oper
 
     again = retry(operator_client, instance_id)
 
-    assert (again.status_code, again.json()["errorCode"]) == (502, "Task:400008")
+    assert fault_code(again) == "Task:400008"
+    # The answer names the re-run's history row (faulted too), not the first run's.
+    history = InstanceTransition.objects.filter(instance_id=instance_id, transition_key="compute")
+    runs = list(history.order_by("started_at"))
+    assert [run.status for run in runs] == ["faulted", "faulted"]
+    assert again.json()["retriedTransitionId"] == str(runs[1].id)
     assert Instance.objects.get(pk=instance_id).status == "F"
     assert Incident.objects.filter(instance_id=instance_id, resolved=False).count() == 2
     fixed = retry(operator_client, instance_id, {"divisor": 5})
@@ -97,8 +103,7 @@ def test_a_fault_in_on_entry_reruns_on_entry_not_on_execute(operator_client):
             repairable(on_execute=[http_ref("count-execute")], on_entry=[DIVIDE]),
         )
         instance_id = started(operator_client)
-        faulted = compute(operator_client, instance_id)
-        assert faulted.status_code == 502
+        assert fault_code(compute(operator_client, instance_id)) == "Task:400008"
         row = Instance.objects.get(pk=instance_id)
         assert (row.status, row.current_state) == ("F", "working")
         assert Incident.objects.get(instance_id=instance_id).step == "ON_ENTRY"
@@ -138,7 +143,7 @@ def test_two_concurrent_retries_one_runs_the_other_gets_409(operator, operator_c
             repairable(on_entry=[http_ref("slow-call", order=1), {**DIVIDE, "order": 2}]),
         )
         instance_id = started(operator_client)
-        assert compute(operator_client, instance_id).status_code == 502
+        assert fault_code(compute(operator_client, instance_id)) == "Task:400008"
 
         results = race(2, lambda client, _: retry(client, instance_id, {"divisor": 1}), operator)
 

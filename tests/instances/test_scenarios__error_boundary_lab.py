@@ -259,7 +259,7 @@ def test_a_state_rule_shadows_the_global_rule(global_lab):
     assert boundary_of(incident) == ("Notify", "State", "Task:Http:503", True)
 
 
-# --- incidents and the retry endpoint ---------------------------------------------------------------
+# --- incidents and the retry endpoint -------------------------------------------------------------
 
 
 def test_incidents_and_retry_sequence(lab):
@@ -310,7 +310,7 @@ def test_incidents_and_retry_sequence(lab):
     assert (once_more.status_code, once_more.json()["errorCode"]) == (400, "Instance:100027")
 
 
-# --- retries are durable jobs at their due times ------------------------------------------------------
+# --- retries are durable jobs at their due times --------------------------------------------------
 
 
 def test_retry_jobs_are_due_at_the_policy_delays(lab, stub):

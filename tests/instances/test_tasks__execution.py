@@ -1,5 +1,7 @@
 """Task execution against real endpoints and the database: HTTP (httpx) success, failure and
-timeout codes, mapping handlers, same-order concurrency, Get-instance(s) tasks, the journal."""
+timeout codes, mapping handlers, same-order concurrency, Get-instance(s) tasks, the journal. A
+failed HTTP call is an answer its output handler sees; with no error boundary anywhere it is
+journalled `failed` and the run goes on, under a task-level Abort boundary it faults."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 
 from instances.models import Incident, Instance, InstanceTask
 from tests.engine.builders import state, transition, workflow
+from tests.instances.answers import fault, fault_code
 from tests.instances.http_server import http_server
 from tests.instances.workflows import http_ref, http_task, publish
 
@@ -63,26 +66,83 @@ def test_http_task_with_input_and_output_mapping(operator_client):
     assert journal.response["status_code"] == 200
 
 
-def test_http_error_faults_with_task_http_status_and_an_incident(operator_client):
+SEEN = """
+def output_handler(context):
+    return {"seen": {"status": context.body["status_code"], "ok": context.body["is_success"]}}
+"""
+
+# A failed call: the path on the loopback server, the task's config, the code and the status
+# its output handler sees (None: no answer came).
+HTTP_FAILURES = [
+    pytest.param("status/503", {}, "Task:Http:503", 503, id="answered-503"),
+    pytest.param("slow?ms=3000", {"timeoutSeconds": 1}, "Task:Http:Timeout", None, id="timeout"),
+]
+
+
+def abort_on_error(reference: dict[str, Any]) -> dict[str, Any]:
+    """`reference` with a task-level error boundary that aborts on any error."""
+    return {**reference, "errorBoundary": {"onError": [{"action": 0}]}}
+
+
+@pytest.mark.parametrize(("path", "config", "code", "status"), HTTP_FAILURES)
+def test_a_failed_http_call_with_no_error_boundary_is_journalled_and_the_run_goes_on(
+    operator_client, path, config, code, status
+):
     with http_server() as base:
-        publish(http_task("broken", f"{base}/status/503"), calls_workflow([http_ref("broken")]))
+        publish(
+            http_task("broken", f"{base}/{path}", **config),
+            calls_workflow([http_ref("broken", mapping=SEEN)]),
+        )
         instance_id, response = run_call(operator_client)
-    assert response.status_code == 502
-    assert response.json()["errorCode"] == "Task:Http:503"
-    assert response.json()["instanceId"] == instance_id
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert (body["status"], "error" in body) == ("A", False), body
+    # The output handler ran on the failed call's answer.
+    assert body["attributes"] == {"customer": "c-9", "seen": {"status": status, "ok": False}}
+    row = Instance.objects.get(pk=instance_id)
+    assert (row.status, row.current_state, row.busy_owner) == ("A", "called", "")
+    [journal] = InstanceTask.objects.filter(instance_id=instance_id)
+    assert (journal.task_key, journal.status, journal.error_code) == ("broken", "failed", code)
+    assert journal.response is not None
+    assert (journal.response["status_code"], journal.response["is_success"]) == (status, False)
+    assert not Incident.objects.filter(instance_id=instance_id).exists()
+    history = operator_client.get(f"{BASE}/{instance_id}/transitions").json()["items"]
+    assert (history[-1]["status"], history[-1]["errorCode"]) == ("completed", None)
+
+
+@pytest.mark.parametrize(("path", "config", "code", "status"), HTTP_FAILURES)
+def test_a_failed_http_call_under_a_task_abort_boundary_faults_with_its_code_and_an_incident(
+    operator_client, path, config, code, status
+):
+    with http_server() as base:
+        reference = abort_on_error(http_ref("broken", mapping=SEEN))
+        publish(http_task("broken", f"{base}/{path}", **config), calls_workflow([reference]))
+        instance_id, response = run_call(operator_client)
+    assert fault_code(response) == code
+    assert response.json()["id"] == instance_id
     row = Instance.objects.get(pk=instance_id)
     assert (row.status, row.current_state, row.busy_owner) == ("F", "idle", "")
+    [journal] = InstanceTask.objects.filter(instance_id=instance_id)
+    assert (journal.status, journal.error_code) == ("failed", code)
+    assert journal.response is not None
+    assert journal.response["status_code"] == status
     incident = Incident.objects.get(instance_id=instance_id)
     assert (incident.error_code, incident.layer, incident.transition_key) == (
-        "Task:Http:503",
+        code,
         "task",
         "call",
     )
     assert "Traceback" not in incident.message
+    active = operator_client.get(f"{BASE}/{instance_id}/incidents/active").json()
+    assert (active["errorCode"], active["boundaryAction"], active["boundaryLevel"]) == (
+        code,
+        "Abort",
+        "Task",
+    )
     state_body = operator_client.get(f"{BASE}/{instance_id}/functions/state").json()
     assert state_body["incident"]["hasActiveIncident"] is True
     history = operator_client.get(f"{BASE}/{instance_id}/transitions").json()["items"]
-    assert (history[-1]["status"], history[-1]["errorCode"]) == ("faulted", "Task:Http:503")
+    assert (history[-1]["status"], history[-1]["errorCode"]) == ("faulted", code)
 
 
 def test_accepted_status_codes_turn_an_error_into_success(operator_client):
@@ -91,16 +151,6 @@ def test_accepted_status_codes_turn_an_error_into_success(operator_client):
         publish(task, calls_workflow([http_ref("lenient")]))
         _, response = run_call(operator_client)
     assert response.status_code == 200
-
-
-def test_http_timeout_faults_with_task_http_timeout(operator_client):
-    with http_server() as base:
-        publish(
-            http_task("slow", f"{base}/slow?ms=3000", timeoutSeconds=1),
-            calls_workflow([http_ref("slow")]),
-        )
-        _, response = run_call(operator_client)
-    assert (response.status_code, response.json()["errorCode"]) == (504, "Task:Http:Timeout")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -165,22 +215,52 @@ def test_unsupported_task_type_fails_clearly(operator_client):
     }
     publish(dapr, calls_workflow([http_ref("dapr-call")]))
     _, response = run_call(operator_client)
-    assert response.json()["errorCode"] == "Task:Unsupported"
-    assert "task type 3" in response.json()["detail"]
+    # Not an HTTP answer: it faults the instance though no error boundary is defined.
+    error = fault(response)
+    assert error["errorCode"] == "Task:Unsupported"
+    assert "task type 3" in error["detail"]
+
+
+def on_entry_workflow(reference: dict[str, Any]) -> dict[str, Any]:
+    """`idle --call--> called`, `called` running `reference` on entry."""
+    return workflow(
+        [
+            state("idle", 1, [transition("call", "called")]),
+            state("called", 2, onEntries=[reference]),
+        ],
+        key="calls",
+    )
+
+
+def test_a_failing_on_entry_http_task_with_no_boundary_lets_the_instance_enter_the_state(
+    operator_client,
+):
+    with http_server() as base:
+        publish(http_task("broken", f"{base}/status/500"), on_entry_workflow(http_ref("broken")))
+        instance_id, response = run_call(operator_client)
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == "A"
+    row = Instance.objects.get(pk=instance_id)
+    assert (row.current_state, row.status, row.data) == ("called", "A", {"customer": "c-9"})
+    [journal] = InstanceTask.objects.filter(instance_id=instance_id)
+    assert (journal.task_key, journal.phase, journal.status, journal.error_code) == (
+        "broken",
+        "onEntry",
+        "failed",
+        "Task:Http:500",
+    )
+    incidents = operator_client.get(f"{BASE}/{instance_id}/incidents").json()
+    assert (incidents["hasActiveIncident"], incidents["items"]) == (False, [])
+    active = operator_client.get(f"{BASE}/{instance_id}/incidents/active")
+    assert (active.status_code, active.json()["errorCode"]) == (404, "Instance:100037")
 
 
 def test_a_failing_on_entry_task_leaves_the_instance_faulted_in_the_target_state(operator_client):
     with http_server() as base:
-        document = workflow(
-            [
-                state("idle", 1, [transition("call", "called")]),
-                state("called", 2, onEntries=[http_ref("broken")]),
-            ],
-            key="calls",
-        )
-        publish(http_task("broken", f"{base}/status/500"), document)
+        reference = abort_on_error(http_ref("broken"))
+        publish(http_task("broken", f"{base}/status/500"), on_entry_workflow(reference))
         instance_id, response = run_call(operator_client)
-    assert (response.status_code, response.json()["errorCode"]) == (502, "Task:Http:500")
+    assert fault_code(response) == "Task:Http:500"
     row = Instance.objects.get(pk=instance_id)
     assert (row.current_state, row.status, row.data) == ("called", "F", {"customer": "c-9"})
     incidents = operator_client.get(f"{BASE}/{instance_id}/incidents").json()
@@ -188,6 +268,7 @@ def test_a_failing_on_entry_task_leaves_the_instance_faulted_in_the_target_state
     assert [i["errorCode"] for i in incidents["items"]] == ["Task:Http:500"]
     active = operator_client.get(f"{BASE}/{instance_id}/incidents/active")
     assert (active.status_code, active.json()["state"]) == (200, "called")
+    assert (active.json()["boundaryAction"], active.json()["boundaryLevel"]) == ("Abort", "Task")
 
 
 def test_no_open_incident_is_a_404_with_its_code(operator_client):

@@ -21,6 +21,7 @@ from locks.models import ResourceLock
 from locks.services import lock_force_release, locks_sweep_expired
 from locks.store import OrmLocks
 from tests.conftest import EXAMPLES_DIR
+from tests.instances.answers import fault
 
 DAILY = "/api/v1/core/workflows/daily-limit-transfer/instances"
 SEAT = "/api/v1/core/workflows/seat-reservation/instances"
@@ -169,20 +170,28 @@ def test_a_lock_on_the_start_transition_reserves_the_seat(operator_client, examp
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    ("source", "message"),
+    ("source", "code", "message"),
     [
         (
             "def handler(context):\n    return 42\n",
+            "ResourceLock:InvalidKey",
             "returned int 42; it must return a non-empty string",
         ),
-        ("def handler(context):\n    return ''\n", "must return a non-empty string"),
+        (
+            "def handler(context):\n    return ''\n",
+            "ResourceLock:InvalidKey",
+            "must return a non-empty string",
+        ),
         (
             "def handler(context):\n    raise ValueError('no account')\n",
+            "Script:100001",
             "line 2: ValueError: no account",
         ),
     ],
 )
-def test_a_bad_key_script_faults_the_transition_clearly(operator_client, examples, source, message):
+def test_a_bad_key_script_faults_the_transition_clearly(
+    operator_client, examples, source, code, message
+):
     from instances.wiring import engine
     from workflows.models import Component
 
@@ -199,8 +208,9 @@ def test_a_bad_key_script_faults_the_transition_clearly(operator_client, example
     engine().components.clear()  # type: ignore[attr-defined]
     holder = start_daily(operator_client)
     response = fire(operator_client, holder, "reserve-daily-limit")
-    assert response.status_code in (409, 422)
-    assert message in response.json()["detail"]
+    error = fault(response)
+    assert error["errorCode"] == code
+    assert message in error["detail"]
     assert Instance.objects.get(pk=holder).status == "F"
     assert not ResourceLock.objects.exists()
 
