@@ -140,7 +140,8 @@ def test_log_only_turns_a_rule_into_log():
 
 
 def test_no_rules_is_no_boundary():
-    for empty in (None, {}, {"onError": []}, {"onError": "junk"}):
+    empties: list[Any] = [None, {}, {"onError": []}, {"onError": "junk"}]
+    for empty in empties:
         levels = boundary_levels({"errorBoundary": empty}, empty, empty)
         assert not levels.defined
     assert boundary_levels({}, None, rules({"action": 5})).defined
