@@ -82,9 +82,14 @@ class IncidentInline(_ReadOnlyInline):
         "error_code",
         "state",
         "transition_key",
+        "task_key",
+        "step",
         "layer",
+        "boundary_action",
+        "boundary_level",
         "message",
         "resolved",
+        "resolution",
     )
 
 
