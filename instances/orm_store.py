@@ -302,7 +302,14 @@ class OrmStore:
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> InstanceSnapshot | None:
         """Commit `writes` in one transaction when `guard` holds; None (nothing written) if not."""
+        sql = dialect()
         try:
+            if guard.kind is not GuardKind.INSERT and sql.flushes_in_one(writes):
+                if not connection.in_atomic_block:
+                    return sql.flush_in_one(snapshot, writes, guard)[0]
+                # Inside a caller's transaction a refused statement must not abort it.
+                with transaction.atomic():
+                    return sql.flush_in_one(snapshot, writes, guard)[0]
             with transaction.atomic():
                 if guard.kind is GuardKind.INSERT:
                     committed, data_changed = (
@@ -310,7 +317,7 @@ class OrmStore:
                         bool(writes.data_patch),
                     )
                 else:
-                    committed, data_changed = dialect().update(snapshot, writes, guard)
+                    committed, data_changed = sql.update(snapshot, writes, guard)
                 self._write_rows(committed, writes, data_changed)
         except _GuardFailed:
             return None
@@ -443,6 +450,16 @@ class PortableSql:
         row.refresh_from_db()
         return snapshot_of(row), data_changed
 
+    def flushes_in_one(self, writes: PendingWrites) -> bool:
+        """Whether `flush_in_one` can commit `writes`: never, on a portable database."""
+        return False
+
+    def flush_in_one(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        """Only PostgreSQL commits a flush in one statement."""
+        raise NotImplementedError
+
     def upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
         """Insert or update history rows by id (a job's re-run updates its own rows)."""
         InstanceTransition.objects.bulk_create(
@@ -502,6 +519,68 @@ class PostgresSql(PortableSql):
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> tuple[InstanceSnapshot, bool]:
         """One `UPDATE ... WHERE <guard> RETURNING`, the data patch merged in SQL."""
+        sql, params = self._update_statement(snapshot, writes, guard)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            returned = cursor.fetchone()
+        return self._committed(snapshot, writes, params, returned)
+
+    def flushes_in_one(self, writes: PendingWrites) -> bool:
+        """True when `writes` touch only the instance row, its history rows and its data
+        version: `flush_in_one` commits those in one statement."""
+        return not (
+            writes.tasks
+            or writes.incidents
+            or writes.jobs
+            or writes.cancel_timers_of
+            or writes.cancel_all_timers
+            or writes.release_locks
+            or writes.resolve_incidents is not None
+        )
+
+    def flush_in_one(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        """The guarded UPDATE, the history upsert and the data-version INSERT as one statement
+        (a CTE: the INSERTs read the UPDATE's row, so they write nothing when the guard fails).
+        In autocommit that is the whole transaction: one round trip, no BEGIN or COMMIT."""
+        update, params = self._update_statement(snapshot, writes, guard)
+        parts = [f"updated AS ({update})"]
+        rows = list(writes.transitions.values())
+        if rows:
+            selects = []
+            for index, row in enumerate(rows):
+                values = dict(vars(row))
+                values["body"] = _TRANSITION_BODY.get_db_prep_save(values["body"], connection)
+                params.update({f"t{index}_{name}": value for name, value in values.items()})
+                casts = ", ".join(
+                    f"%(t{index}_{name})s::{_transition_cast(name)}" for name in values
+                )
+                selects.append(f"SELECT id, {casts} FROM updated")
+            columns = ", ".join(["instance_id", *vars(rows[0])])
+            updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in _TRANSITION_UPDATE_FIELDS)
+            parts.append(
+                f"history AS (INSERT INTO instances_instancetransition ({columns}) "
+                f"{' UNION ALL '.join(selects)} ON CONFLICT (id) DO UPDATE SET {updates})"
+            )
+        if writes.data_patch:
+            params["version_transition"] = rows[-1].id if rows else None
+            parts.append(
+                "versions AS (INSERT INTO instances_instancedataversion "
+                "(instance_id, transition_id, version, patch, data, created_at) "
+                "SELECT id, %(version_transition)s::uuid, data_version_major || '.' || "
+                "data_version_minor || '.' || data_version_patch, %(patch)s::jsonb, data, "
+                "%(now)s FROM updated WHERE entity_etag = %(entity_etag)s)"
+            )
+        sql = f"WITH {', '.join(parts)} SELECT id, {_RETURNED} FROM updated"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            returned = cursor.fetchone()
+        return self._committed(snapshot, writes, params, returned)
+
+    def _update_statement(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[str, dict[str, Any]]:
         params: dict[str, Any] = {
             "id": snapshot.id,
             "etag": new_etag(),
@@ -546,16 +625,20 @@ class PostgresSql(PortableSql):
         params.update(guard_params)
         sql = (
             f"UPDATE instances_instance SET {', '.join(sets)} "
-            f"WHERE id = %(id)s AND {condition} "
-            "RETURNING data, data_version_major, data_version_minor, data_version_patch, "
-            "entity_etag, state_version, status"
+            f"WHERE id = %(id)s AND {condition} RETURNING id, {_RETURNED}"
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            returned = cursor.fetchone()
+        return sql, params
+
+    def _committed(
+        self,
+        snapshot: InstanceSnapshot,
+        writes: PendingWrites,
+        params: dict[str, Any],
+        returned: Any,
+    ) -> tuple[InstanceSnapshot, bool]:
         if returned is None:
             raise _GuardFailed()
-        data, major_v, minor_v, patch_v, entity_etag, state_version, status = returned
+        _, data, major_v, minor_v, patch_v, entity_etag, state_version, status = returned
         data = json.loads(data) if isinstance(data, str) else data
         committed = _with(snapshot, writes.instance_fields)
         committed.data = data
@@ -606,6 +689,20 @@ class PostgresSql(PortableSql):
         job_id, run_at = created
         transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
         return True
+
+
+# What the guarded UPDATE returns, in the order `PostgresSql._committed` reads it.
+_RETURNED = (
+    "data, data_version_major, data_version_minor, data_version_patch, entity_etag, "
+    "state_version, status"
+)
+_TRANSITION_BODY = InstanceTransition._meta.get_field("body")
+
+
+@functools.cache
+def _transition_cast(name: str) -> str:
+    # The column's type, so a NULL parameter is typed too (`SELECT %s::timestamptz ...`).
+    return str(InstanceTransition._meta.get_field(name).db_type(connection))
 
 
 _RESERVE_WITH_JOB = f"""
