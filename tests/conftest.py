@@ -104,7 +104,12 @@ def _fresh_component_cache():
     """The registry is emptied between tests; published versions are otherwise immutable, so
     the engine caches them for the life of the process."""
     yield
+    from django.core.cache import cache
+
     from instances.wiring import engine
+
+    # Cached token lookups (vnext/authentication.py) must not outlive the test's users.
+    cache.clear()
 
     components = engine().components
     if hasattr(components, "clear"):

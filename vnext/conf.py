@@ -25,6 +25,8 @@ DEFAULTS: dict[str, Any] = {
     # How long a sync request waits for its instance's due error-boundary retries (it runs
     # them itself when no worker has) before it answers with the instance still Busy.
     "SYNC_RETRY_WAIT_SECONDS": 10.0,
+    # How long an API token's user is remembered (see vnext/authentication.py); 0 = never.
+    "TOKEN_CACHE_SECONDS": 60.0,
     # Threads serving HTTP requests in `make run` (each keeps its database connection).
     "HTTP_THREADS": 8,
     # Folder of example workflows that `make run` imports.

@@ -99,7 +99,7 @@ warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume sy
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous API call then gets 401 with `WWW-Authenticate: Token`.
-        "rest_framework.authentication.TokenAuthentication",
+        "vnext.authentication.CachedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],
@@ -155,6 +155,7 @@ VNEXT = {
     "SCRIPT_CONFIGURATION": env.json("VNEXT_SCRIPT_CONFIGURATION", default={}),
     "SYNC_RETRY_WAIT_SECONDS": env.float("VNEXT_SYNC_RETRY_WAIT_SECONDS", default=10.0),
     "HTTP_THREADS": env.int("VNEXT_HTTP_THREADS", default=8),
+    "TOKEN_CACHE_SECONDS": env.float("VNEXT_TOKEN_CACHE_SECONDS", default=60.0),
     "EXAMPLES_DIR": BASE_DIR / "examples",
     "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,
     "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),

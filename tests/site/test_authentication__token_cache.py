@@ -1,0 +1,61 @@
+"""API tokens (`vnext/authentication.py`): the token's user is looked up once and then served
+from the cache, and a deleted token or a deactivated user is refused at once, not when the
+cached entry expires."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from tests.conftest import OperatorFactory
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/definitions/workflow/core/none-such"
+
+
+@pytest.fixture
+def token(db: None) -> Token:
+    user: Any = OperatorFactory()
+    created: Token = Token.objects.create(user=user)
+    return created
+
+
+def call(key: str) -> tuple[int, int]:
+    """The status of an authenticated API call, and how many queries read a token."""
+    client = APIClient()
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(URL, headers={"Authorization": f"Token {key}"})
+    lookups = sum("authtoken_token" in query["sql"] for query in queries.captured_queries)
+    return response.status_code, lookups
+
+
+def test_the_token_is_read_once_then_served_from_the_cache(token):
+    # 404: authenticated, and the definition does not exist.
+    assert call(token.key) == (404, 1)
+    assert call(token.key) == (404, 0)
+    assert call("not-a-token")[0] == 401
+
+
+def test_a_deleted_token_is_refused_at_once(token):
+    assert call(token.key)[0] == 404
+    token.delete()
+    assert call(token.key)[0] == 401
+
+
+def test_a_deactivated_user_is_refused_at_once(token):
+    assert call(token.key)[0] == 404
+    token.user.is_active = False
+    token.user.save()
+    assert call(token.key)[0] == 401
+
+
+def test_no_caching_when_the_setting_is_zero(token, settings):
+    settings.VNEXT = {**settings.VNEXT, "TOKEN_CACHE_SECONDS": 0}
+    assert call(token.key) == (404, 1)
+    assert call(token.key) == (404, 1)
