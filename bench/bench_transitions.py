@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import cProfile
 import logging
+import multiprocessing
 import os
 import pstats
 import queue
@@ -46,6 +47,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from bench.database import bench_database_url, libpq_url
+from bench.http_load import drive
 from bench.in_process import InProcessExecutor
 from bench.server import BenchServer
 from bench.timing import percentile
@@ -387,6 +389,29 @@ def _sessions() -> int:
         return int(cursor.fetchone()[0])
 
 
+LOAD_CLIENTS = 8
+LOAD_SECONDS = 5.0
+
+
+def _load(
+    base_url: str, token: str, path: str, *, transitions: bool
+) -> tuple[int, int, list[float], float]:
+    """(b2): `LOAD_CLIENTS` spawned client processes at once: completed, failed, latencies,
+    and completed requests per second over the wall-clock time."""
+    context = multiprocessing.get_context("spawn")
+    arguments = [(base_url, token, path, LOAD_SECONDS, transitions)] * LOAD_CLIENTS
+    with context.Pool(LOAD_CLIENTS) as pool:
+        outcomes = pool.starmap(drive, arguments)
+    done = sum(outcome.completed for outcome in outcomes)
+    failed = sum(len(outcome.failures) for outcome in outcomes)
+    latencies = [value for outcome in outcomes for value in outcome.latencies]
+    for outcome in outcomes:
+        for failure in outcome.failures[:3]:
+            print(f"  load failure: {failure}")
+    # Each client runs for LOAD_SECONDS once it is up (spawning them is not counted).
+    return done, failed, latencies or [0.0], done / LOAD_SECONDS
+
+
 def http(results: dict[str, Throughput]) -> None:
     """(b): the real server; sequential sync PATCH ping-pong beside GET /health."""
     from rest_framework.authtoken.models import Token
@@ -442,6 +467,10 @@ def http(results: dict[str, Throughput]) -> None:
                     health_times.append(health())
             time.sleep(0.5)  # the last request's backend reports its session when it exits
             sessions = _sessions() - sessions_before
+            concurrent = {
+                "PATCH": _load(server.base_url, token, base, transitions=True),
+                "health": _load(server.base_url, token, base, transitions=False),
+            }
             # Basic auth hashes the password on every request (PBKDF2): a small sample only.
             basic = httpx.BasicAuth(server.username, server.password)
             client.headers.pop("Authorization")
@@ -451,6 +480,14 @@ def http(results: dict[str, Throughput]) -> None:
         exit_code = server.stop()
 
     in_process = results["engine, no task (instance_transition)"]
+    print(
+        f"\n(b2) {LOAD_CLIENTS} client processes for {LOAD_SECONDS:g} s each, same server "
+        f"({server.workers} worker process(es)); transitions on disjoint instances"
+    )
+    print(f"{'load':<44} {'done':>6} {'failed':>6} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>7}")
+    for label, (done, failed, latencies, rate) in concurrent.items():
+        name = "PATCH transition ?sync=true" if label == "PATCH" else "GET /health"
+        print(f"{name:<44} {done:>6} {failed:>6} {_ms(latencies)} {rate:>7.0f}")
     patch_p50 = _percentile(patch_times, 0.5)
     health_p50 = _percentile(health_times, 0.5)
     print(

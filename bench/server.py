@@ -39,6 +39,8 @@ class BenchServer:
         self.username = username
         self.password = secrets.token_urlsafe(16)
         self.port = free_port()
+        # What `vnext_run` serves PostgreSQL with unless VNEXT_HTTP_WORKERS says otherwise.
+        self.workers = int(os.environ.get("VNEXT_HTTP_WORKERS") or os.cpu_count() or 1)
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()

@@ -24,6 +24,12 @@ from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 
 from vnext.conf import vnext_setting  # noqa: E402
 
+if os.environ.get("VNEXT_EMBEDDED_RUNNER_IN_WORKERS"):
+    # A worker process of a multi-process `make run`: it runs jobs too (see vnext_run).
+    from instances.runner import start_embedded_runner
+
+    start_embedded_runner()
+
 application = ProtocolTypeRouter(
     {
         "http": WSGIMiddleware(

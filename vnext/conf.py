@@ -27,6 +27,8 @@ DEFAULTS: dict[str, Any] = {
     "SYNC_RETRY_WAIT_SECONDS": 10.0,
     # How long an API token's user is remembered (see vnext/authentication.py); 0 = never.
     "TOKEN_CACHE_SECONDS": 60.0,
+    # HTTP worker processes of `make run`; None = one per CPU on PostgreSQL, one on SQLite.
+    "HTTP_WORKERS": None,
     # Threads serving HTTP requests in `make run` (each keeps its database connection).
     "HTTP_THREADS": 8,
     # Folder of example workflows that `make run` imports.

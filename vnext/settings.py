@@ -78,6 +78,9 @@ if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"].endswith("postgresq
     }
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=0))
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool(
+        "DATABASE_CONN_HEALTH_CHECKS", default=False
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -154,6 +157,7 @@ VNEXT = {
     "SCRIPT_POOL_WAIT_SECONDS": env.float("VNEXT_SCRIPT_POOL_WAIT_SECONDS", default=10.0),
     "SCRIPT_CONFIGURATION": env.json("VNEXT_SCRIPT_CONFIGURATION", default={}),
     "SYNC_RETRY_WAIT_SECONDS": env.float("VNEXT_SYNC_RETRY_WAIT_SECONDS", default=10.0),
+    "HTTP_WORKERS": env.int("VNEXT_HTTP_WORKERS", default=0) or None,
     "HTTP_THREADS": env.int("VNEXT_HTTP_THREADS", default=8),
     "TOKEN_CACHE_SECONDS": env.float("VNEXT_TOKEN_CACHE_SECONDS", default=60.0),
     "EXAMPLES_DIR": BASE_DIR / "examples",

@@ -114,17 +114,44 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _exit_cleanly)
         _keep_connections()
+        workers = http_workers()
         embedded = dispatch_mode() == "embedded"
-        if embedded:
+        if workers > 1:
+            # Each worker process runs its own job runner (claims are compare-and-set, so they
+            # share the queue safely) and its own script pool; this process only supervises.
+            os.environ[EMBEDDED_RUNNER_IN_WORKERS] = "1" if embedded else ""
+            self.stdout.write(f"{workers} HTTP worker processes")
+        elif embedded:
             start_embedded_runner()
+        if embedded:
             self.stdout.write("embedded job runner started (no broker)")
         try:
             uvicorn.run(
-                "vnext.asgi:application", host=host, port=port, log_level="info", lifespan="off"
+                "vnext.asgi:application",
+                host=host,
+                port=port,
+                log_level="info",
+                lifespan="off",
+                workers=workers,
             )
         finally:
-            if embedded:
+            if embedded and workers == 1:
                 stop_embedded_runner()
+
+
+# Set for the worker processes of a multi-process server: each starts an embedded job runner.
+EMBEDDED_RUNNER_IN_WORKERS = "VNEXT_EMBEDDED_RUNNER_IN_WORKERS"
+
+
+def http_workers() -> int:
+    """HTTP worker processes: `VNEXT_HTTP_WORKERS`, else one per CPU on PostgreSQL and one on
+    SQLite (one writer at a time: more processes would only wait for each other)."""
+    configured = vnext_setting("HTTP_WORKERS")
+    if configured:
+        return max(int(configured), 1)
+    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        return os.cpu_count() or 1
+    return 1
 
 
 # How long an HTTP thread keeps its PostgreSQL connection when no pool is configured.
@@ -140,6 +167,9 @@ def _keep_connections() -> None:
     if database["ENGINE"].endswith("postgresql") and not pooled and not database["CONN_MAX_AGE"]:
         database["CONN_MAX_AGE"] = PERSISTENT_CONNECTION_SECONDS
         database["CONN_HEALTH_CHECKS"] = True
+        # Worker processes read their settings afresh: the same through the environment.
+        os.environ["DATABASE_CONN_MAX_AGE"] = str(PERSISTENT_CONNECTION_SECONDS)
+        os.environ["DATABASE_CONN_HEALTH_CHECKS"] = "true"
 
 
 def _exit_cleanly(signum: int, frame: Any) -> None:
