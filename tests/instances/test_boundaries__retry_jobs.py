@@ -136,3 +136,57 @@ def test_a_retry_that_succeeds_finishes_the_transition_without_an_incident(opera
         ("start", "completed"),
         ("call", "completed"),
     ]
+
+
+def test_a_cancel_while_a_retry_is_pending_wins_and_the_retry_job_is_skipped(
+    operator_client: Any,
+):
+    """Cancel is exempt from 409: it takes the Busy instance over from the pending retry's
+    reservation, so the retry job finds the reservation gone and ends `skipped`."""
+    with http_server() as base:
+        reference = http_ref("flaky-call")
+        reference["errorBoundary"] = {
+            "onError": [{"action": 1, "priority": 1, "retryPolicy": POLICY}]
+        }
+        publish(
+            http_task("flaky-call", f"{base}/status/503"),
+            workflow(
+                [
+                    state("idle", 1, [transition("call", "called", onExecutionTasks=[reference])]),
+                    state("called", 2),
+                    state("cancelled", 3, subType=3),
+                ],
+                key="retrying",
+                cancel={
+                    "key": "cancel",
+                    "target": "cancelled",
+                    "triggerType": 0,
+                    "versionStrategy": "None",
+                    "labels": [{"label": "Cancel", "language": "en"}],
+                },
+            ),
+        )
+        instance_id = operator_client.post(f"{BASE}/start?sync=true", {}, format="json").json()
+        instance_id = instance_id["id"]
+        operator_client.patch(f"{BASE}/{instance_id}/transitions/call", {}, format="json")
+        jobs_run_due()
+        (job,) = retry_jobs(instance_id)
+        assert Instance.objects.get(pk=instance_id).status == "B"
+        # A client's transition gets 409 meanwhile; the retry endpoint says it is not faulted.
+        busy = operator_client.patch(
+            f"{BASE}/{instance_id}/transitions/call?sync=true", {}, format="json"
+        )
+        assert (busy.status_code, busy.json()["errorCode"]) == (409, "Instance:100031")
+        retry = operator_client.post(f"{BASE}/{instance_id}/retry?sync=true", {}, format="json")
+        assert (retry.status_code, retry.json()["errorCode"]) == (400, "Instance:100027")
+
+        cancelled = operator_client.patch(
+            f"{BASE}/{instance_id}/transitions/cancel?sync=true", {}, format="json"
+        )
+        assert (cancelled.status_code, cancelled.json()["status"]) == (200, "C")
+        make_due(job)
+        assert jobs_run_due() == {"skipped": 1}
+
+    instance = Instance.objects.get(pk=instance_id)
+    assert (instance.status, instance.current_state, instance.busy_owner) == ("C", "cancelled", "")
+    assert not Incident.objects.filter(instance_id=instance_id, resolved=False).exists()
