@@ -38,9 +38,14 @@ def main(argv: list[str]) -> None:
         "jobs": bench_jobs.main,
         "locks": bench_locks.main,
     }
-    for name in names:
-        print(f"\n== {name} ==")
-        suites[name]()
+    from bench.summary import print_summary
+
+    try:
+        for name in names:
+            print(f"\n== {name} ==")
+            suites[name]()
+    finally:
+        print_summary()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from django.db import connection
 
 from bench.bench_transitions import INFO, prepare_database, start_instance
 from bench.database import libpq_url
+from bench.summary import record
 from bench.transition_workflows import DOMAIN
 from instances.services import instance_transition
 from locks.store import OrmLocks
@@ -63,6 +64,15 @@ def round_trip() -> None:
         f"  raw SQL floor p50 {_percentile(floor, 0.5):6.2f} ms  p99 "
         f"{_percentile(floor, 0.99):6.2f} ms   ratio p50 "
         f"{_percentile(times, 0.5) / _percentile(floor, 0.5):.1f}x"
+    )
+    record(
+        "lock acquire + release p50",
+        _percentile(times, 0.5),
+        "ms",
+        baseline="raw SQL floor p50",
+        baseline_value=_percentile(floor, 0.5),
+        target="<= 2x floor",
+        met=_percentile(times, 0.5) <= 2 * _percentile(floor, 0.5),
     )
 
 

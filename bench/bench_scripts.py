@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.in_process import InProcessExecutor
+from bench.summary import record
 from bench.timing import percentile
 from instances.engine.sandbox import run_call
 from instances.engine.script_pool import PoolSettings, ScriptCall, ScriptPool, frame
@@ -223,6 +224,15 @@ def print_latency(results: dict[str, Latency]) -> None:
         f"in-process: {big_in_process.us(0.5) - in_process.us(0.5):+.1f} us (no copy)"
     )
     verdict = "target met" if pool.us(0.5) <= TARGET_P50_US else "target NOT met"
+    record(
+        "rule call through the script pool p50",
+        pool.us(0.5),
+        "us",
+        baseline="the same call in-process p50",
+        baseline_value=in_process.us(0.5),
+        target=f"<= {TARGET_P50_US:.0f} us",
+        met=pool.us(0.5) <= TARGET_P50_US,
+    )
     print(f"  pool p50 {pool.us(0.5):.1f} us vs target <= {TARGET_P50_US:.0f} us: {verdict}")
 
 

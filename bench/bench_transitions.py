@@ -50,6 +50,7 @@ from bench.database import bench_database_url, libpq_url
 from bench.http_load import drive
 from bench.in_process import InProcessExecutor
 from bench.server import BenchServer
+from bench.summary import record
 from bench.timing import percentile
 from bench.transition_workflows import DOMAIN, NO_TASK, WITH_TASK, documents
 from instances import services
@@ -320,11 +321,22 @@ def print_throughput(results: dict[str, Throughput]) -> None:
         "  stmts = Django cursor.execute calls per transition; ms exec = time inside them;"
         " ms rest = Python + COMMIT"
     )
+    targets = {"engine, no task": 1.2, "engine, script task": 0.8}
     for item in results.values():
         if item.name.startswith("engine"):
             print(
                 f"  engine/fsm  {item.name}: throughput ratio {item.rate / fsm.rate:.2f} "
                 f"(each transition {item.mean_ms / fsm.mean_ms:.1f}x the fsm baseline's time)"
+            )
+            wanted = next(v for k, v in targets.items() if item.name.startswith(k))
+            record(
+                f"in-process {item.name.removeprefix('engine, ').split(' (')[0]} trans/s",
+                item.rate,
+                "/s",
+                baseline="django-fsm-2 style (Django, atomic)",
+                baseline_value=fsm.rate,
+                target=f">= {wanted}x",
+                met=item.rate / fsm.rate >= wanted,
             )
 
 
@@ -391,6 +403,44 @@ def _sessions() -> int:
 
 LOAD_CLIENTS = 8
 LOAD_SECONDS = 5.0
+
+
+def _record_http(
+    patch_times: list[float],
+    health_times: list[float],
+    concurrent: dict[str, tuple[int, int, list[float], float]],
+) -> None:
+    """The issue-11 targets of (b) and (b2), for the closing table."""
+    health_p50 = 1000 * _percentile(health_times, 0.5)
+    for label, fraction, limit in (("p50", 0.5, 5.0), ("p99", 0.99, 20.0)):
+        value = 1000 * _percentile(patch_times, fraction)
+        record(
+            f"HTTP sync transition {label}",
+            value,
+            "ms",
+            baseline="GET /health p50, same server",
+            baseline_value=health_p50,
+            target=f"<= {limit:g} ms",
+            met=value <= limit,
+        )
+    _, patch_failed, _, patch_rate = concurrent["PATCH"]
+    _, health_failed, _, health_rate = concurrent["health"]
+    record(
+        f"HTTP transitions/s, {LOAD_CLIENTS} clients",
+        patch_rate,
+        "/s",
+        baseline=f"GET /health/s, {LOAD_CLIENTS} clients",
+        baseline_value=health_rate,
+        target=">= 600/s, 0 failed",
+        met=patch_rate >= 600 and patch_failed == 0,
+    )
+    record(
+        f"HTTP GET /health/s, {LOAD_CLIENTS} clients",
+        health_rate,
+        "/s",
+        target=">= 1500/s",
+        met=health_rate >= 1500 and health_failed == 0,
+    )
 
 
 def _load(
@@ -480,6 +530,7 @@ def http(results: dict[str, Throughput]) -> None:
         exit_code = server.stop()
 
     in_process = results["engine, no task (instance_transition)"]
+    _record_http(patch_times, health_times, concurrent)
     print(
         f"\n(b2) {LOAD_CLIENTS} client processes for {LOAD_SECONDS:g} s each, same server "
         f"({server.workers} worker process(es)); transitions on disjoint instances"
@@ -840,6 +891,15 @@ def print_isolation(run: tuple[list[Isolation], tuple[float, float]]) -> None:
     # few outliers can inflate the mean.
     delta = max(p50_delta, mean_delta)
     verdict = "target met" if delta <= ISOLATION_TARGET_MS else "target NOT met"
+    record(
+        "script-task transition, pool p50",
+        pool.ms(0.5),
+        "ms",
+        baseline="scripts in-process p50",
+        baseline_value=before.ms(0.5),
+        target=f"<= +{ISOLATION_TARGET_MS} ms",
+        met=delta <= ISOLATION_TARGET_MS,
+    )
     print(
         f"  target: a sync transition with two script calls at most {ISOLATION_TARGET_MS} ms "
         f"slower than before; difference {delta:+.3f} ms (the larger of p50 and mean): {verdict}"
