@@ -369,7 +369,7 @@ class PostgresJobSql(PortableJobSql):
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {Job._meta.db_table} SET status = 'failed', "
-                "last_error = concat(%s, attempts, %s), updated_at = %s "
+                "last_error = concat(%s::text, attempts, %s::text), updated_at = %s "
                 f"WHERE {where} RETURNING id, kind, instance_id, last_error",
                 [before, after.format(max_attempts=limit), now, *params],
             )
