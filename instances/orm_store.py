@@ -32,6 +32,7 @@ from instances.engine.records import (
     IncidentRow,
     InstanceSnapshot,
     PendingWrites,
+    TaskRow,
     TransitionRow,
     bump_version,
     deep_merge,
@@ -526,11 +527,10 @@ class PostgresSql(PortableSql):
         return self._committed(snapshot, writes, params, returned)
 
     def flushes_in_one(self, writes: PendingWrites) -> bool:
-        """True when `writes` touch only the instance row, its history rows and its data
-        version: `flush_in_one` commits those in one statement."""
+        """True when `writes` touch only the instance row, its history rows, its task journal
+        and its data version: `flush_in_one` commits those in one statement."""
         return not (
-            writes.tasks
-            or writes.incidents
+            writes.incidents
             or writes.jobs
             or writes.cancel_timers_of
             or writes.cancel_all_timers
@@ -563,6 +563,8 @@ class PostgresSql(PortableSql):
                 f"history AS (INSERT INTO instances_instancetransition ({columns}) "
                 f"{' UNION ALL '.join(selects)} ON CONFLICT (id) DO UPDATE SET {updates})"
             )
+        if writes.tasks:
+            parts.append(self._task_rows(writes.tasks, params))
         if writes.data_patch:
             params["version_transition"] = rows[-1].id if rows else None
             parts.append(
@@ -577,6 +579,22 @@ class PostgresSql(PortableSql):
             cursor.execute(sql, params)
             returned = cursor.fetchone()
         return self._committed(snapshot, writes, params, returned)
+
+    def _task_rows(self, tasks: list[TaskRow], params: dict[str, Any]) -> str:
+        # The task journal rows as a CTE part of `flush_in_one` (`order` is a keyword: quoted).
+        selects = []
+        for index, row in enumerate(tasks):
+            values = dict(vars(row))
+            values["response"] = _TASK_RESPONSE.get_db_prep_save(values["response"], connection)
+            params.update({f"k{index}_{name}": value for name, value in values.items()})
+            casts = ", ".join(f"%(k{index}_{name})s::{_task_cast(name)}" for name in values)
+            selects.append(f"SELECT id, {casts}, %(now)s FROM updated")
+        names = [f'"{name}"' for name in vars(tasks[0])]
+        columns = ", ".join(["instance_id", *names, "created_at"])
+        return (
+            f"tasks AS (INSERT INTO instances_instancetask ({columns}) "
+            f"{' UNION ALL '.join(selects)})"
+        )
 
     def _update_statement(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
@@ -697,12 +715,19 @@ _RETURNED = (
     "state_version, status"
 )
 _TRANSITION_BODY = InstanceTransition._meta.get_field("body")
+_TASK_RESPONSE = InstanceTask._meta.get_field("response")
 
 
 @functools.cache
 def _transition_cast(name: str) -> str:
     # The column's type, so a NULL parameter is typed too (`SELECT %s::timestamptz ...`).
     return str(InstanceTransition._meta.get_field(name).db_type(connection))
+
+
+@functools.cache
+def _task_cast(name: str) -> str:
+    # `transition_id` is the foreign key `transition`: its type is the history row's id type.
+    return str(InstanceTask._meta.get_field(name.removesuffix("_id")).db_type(connection))
 
 
 _RESERVE_WITH_JOB = f"""
