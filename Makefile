@@ -99,6 +99,7 @@ format: $(STAMP) ## Apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format .
 
 bench: $(STAMP) ## Benchmarks (not tests): figures beside a same-run baseline
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) -m bench
 
 worker: $(STAMP) ## A Celery worker (production: needs CELERY_BROKER_URL)

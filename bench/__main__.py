@@ -27,7 +27,8 @@ def main(argv: list[str]) -> None:
         from bench.database import use_bench_database
 
         use_bench_database()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "vnext.settings")
+    # The project's settings plus the bench-only app of the django-fsm-2 baseline.
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     django.setup()
     from bench import bench_jobs, bench_locks, bench_scripts, bench_transitions, bench_validation
 

@@ -111,6 +111,12 @@ def prepare_database() -> None:
         cursor.execute(
             "CREATE TABLE bench_raw_cas (id integer PRIMARY KEY, status char(1) NOT NULL)"
         )
+        cursor.execute("DROP TABLE IF EXISTS bench_fsmlib_history, bench_fsmlib_order")
+    from bench.fsm_library.models import FsmOrder, FsmOrderHistory
+
+    with connection.schema_editor() as editor:
+        editor.create_model(FsmOrder)
+        editor.create_model(FsmOrderHistory)
     # Republished every run (our database, our domain): proves the documents still publish.
     Component.objects.filter(domain=DOMAIN).delete()
     for document in documents():
@@ -197,6 +203,39 @@ class FsmDriver:
             )
 
 
+class FsmLibraryDriver:
+    """The real django-fsm-2 library, used as its documentation shows: load the model, call
+    the `@transition` method, `save()` (ConcurrentTransitionMixin: the UPDATE checks the state
+    it was loaded in), create the history row; in `transaction.atomic()`."""
+
+    name = "django-fsm-2 library (ORM, atomic)"
+
+    def __init__(self) -> None:
+        from bench.fsm_library.models import FsmOrder, FsmOrderHistory
+
+        # Any: the type checker's Django settings do not install this bench-only app.
+        self.model: Any = FsmOrder
+        self.history: Any = FsmOrderHistory
+        self.ids = [FsmOrder.objects.create().pk for _ in range(INSTANCES)]
+        self.turn = 0
+
+    def transition(self) -> None:
+        """One transition through the library, with its history row."""
+        order_id = self.ids[self.turn % INSTANCES]
+        self.turn += 1
+        with transaction.atomic():
+            order = self.model.objects.get(pk=order_id)
+            source = order.state
+            if source == "ping":
+                order.to_pong()
+            else:
+                order.to_ping()
+            order.save()
+            self.history.objects.create(
+                order=order, from_state=source, to_state=order.state, actor="bench"
+            )
+
+
 class RawDriver:
     """The floor: psycopg (not Django), autocommit, one CAS UPDATE per transition:
     `status='A' -> 'B'` then `'B' -> 'A'`."""
@@ -271,6 +310,7 @@ def throughput() -> dict[str, Throughput]:
     drivers: list[Any] = [
         raw,
         FsmDriver(),
+        FsmLibraryDriver(),
         EngineDriver("engine, no task (instance_transition)", NO_TASK),
         EngineDriver("engine, script task (Busy CAS path)", WITH_TASK),
     ]
@@ -329,6 +369,18 @@ def print_throughput(results: dict[str, Throughput]) -> None:
                 f"(each transition {item.mean_ms / fsm.mean_ms:.1f}x the fsm baseline's time)"
             )
             wanted = next(v for k, v in targets.items() if item.name.startswith(k))
+            library = results[FsmLibraryDriver.name]
+            print(
+                f"  engine/django-fsm-2 library  {item.name}: throughput ratio "
+                f"{item.rate / library.rate:.2f}"
+            )
+            record(
+                f"in-process {item.name.removeprefix('engine, ').split(' (')[0]} vs library",
+                item.rate,
+                "/s",
+                baseline="django-fsm-2 library (ORM, atomic)",
+                baseline_value=library.rate,
+            )
             record(
                 f"in-process {item.name.removeprefix('engine, ').split(' (')[0]} trans/s",
                 item.rate,

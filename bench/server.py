@@ -52,6 +52,7 @@ class BenchServer:
         env = {
             **os.environ,
             "DATABASE_URL": self.database_url,
+            "DJANGO_SETTINGS_MODULE": "vnext.settings",
             "DATABASE_POOL_MAX_SIZE": "8",
             "VNEXT_OPERATOR_USERNAME": self.username,
             "VNEXT_OPERATOR_PASSWORD": self.password,
