@@ -47,7 +47,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from bench.database import bench_database_url, libpq_url
-from bench.http_load import drive
+from bench.http_load import Burst, burst, drive
 from bench.in_process import InProcessExecutor
 from bench.server import BenchServer
 from bench.summary import record
@@ -457,6 +457,42 @@ LOAD_CLIENTS = 8
 LOAD_SECONDS = 5.0
 
 
+RACE_CALLS = 200
+
+
+def _print_race(health_burst: Burst, patch_burst: Burst, final: dict[str, Any]) -> None:
+    """(b3): the same transition on one instance, `RACE_CALLS` requests at once, beside as many
+    `GET /health` at once: one winner, the rest 409 (or 400 once the winner moved it), no 5xx."""
+    statuses = Counter(patch_burst.statuses)
+    won = statuses.get(200, 0)
+    server_errors = sum(count for status, count in statuses.items() if status >= 500)
+    # Losers: 409 (lost the compare-and-set or found it Busy), 400 (read it after the winner
+    # moved it to pong, where to-pong is not available).
+    losers = patch_burst.latencies.get(409, []) + patch_burst.latencies.get(400, [])
+    health = [value for values in health_burst.latencies.values() for value in values]
+    print(
+        f"\n(b3) {RACE_CALLS} sync PATCH to-pong on one instance at once, beside {RACE_CALLS} "
+        "GET /health at once"
+    )
+    print(
+        f"  statuses {dict(sorted(statuses.items()))}; final {final['currentState']}/"
+        f"{final['status']}"
+    )
+    print(f"  losers p50/p99 ms {_ms(losers or [0.0])};  /health p50/p99 ms {_ms(health)}")
+    loser_p50 = 1000 * _percentile(losers or [0.0], 0.5)
+    health_p50 = 1000 * _percentile(health, 0.5)
+    fair = won == 1 and server_errors == 0 and final["currentState"] == "pong"
+    record(
+        f"HTTP race of {RACE_CALLS}: losers' p50",
+        loser_p50,
+        "ms",
+        baseline=f"GET /health p50, {RACE_CALLS} at once",
+        baseline_value=health_p50,
+        target="1 winner, 0 5xx, <= 1.5x",
+        met=fair and loser_p50 <= 1.5 * health_p50,
+    )
+
+
 def _record_http(
     patch_times: list[float],
     health_times: list[float],
@@ -573,6 +609,12 @@ def http(results: dict[str, Throughput]) -> None:
                 "PATCH": _load(server.base_url, token, base, transitions=True),
                 "health": _load(server.base_url, token, base, transitions=False),
             }
+            race = client.post(f"{base}/start?sync=true", json={"attributes": {}})
+            race.raise_for_status()
+            racing = f"{base}/{race.json()['id']}/transitions/to-pong?sync=true"
+            health_burst = burst(server.base_url, token, [("GET", "/health")] * RACE_CALLS)
+            patch_burst = burst(server.base_url, token, [("PATCH", racing)] * RACE_CALLS)
+            final = client.get(f"{base}/{race.json()['id']}").json()["metadata"]
             # Basic auth hashes the password on every request (PBKDF2): a small sample only.
             basic = httpx.BasicAuth(server.username, server.password)
             client.headers.pop("Authorization")
@@ -583,6 +625,7 @@ def http(results: dict[str, Throughput]) -> None:
 
     in_process = results["engine, no task (instance_transition)"]
     _record_http(patch_times, health_times, concurrent)
+    _print_race(health_burst, patch_burst, final)
     print(
         f"\n(b2) {LOAD_CLIENTS} client processes for {LOAD_SECONDS:g} s each, same server "
         f"({server.workers} worker process(es)); transitions on disjoint instances"

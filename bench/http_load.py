@@ -6,6 +6,7 @@ requests it completed, their latencies, and any non-2xx answer."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -49,3 +50,41 @@ def drive(base_url: str, token: str, path: str, seconds: float, transitions: boo
             if transitions:
                 state = "pong" if state == "ping" else "ping"
     return result
+
+
+@dataclass
+class Burst:
+    """What `count` requests fired at once got: statuses and latencies per status."""
+
+    statuses: list[int] = field(default_factory=list)
+    latencies: dict[int, list[float]] = field(default_factory=dict)
+
+
+async def _burst(base_url: str, token: str, requests: list[tuple[str, str]]) -> Burst:
+    result = Burst()
+    headers = {"Authorization": f"Token {token}"}
+    limits = httpx.Limits(max_connections=len(requests), max_keepalive_connections=0)
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=60.0, limits=limits
+    ) as client:
+        gate = asyncio.Event()
+
+        async def one(method: str, url: str) -> None:
+            await gate.wait()
+            began = time.perf_counter()
+            answer = await client.request(method, url, json={} if method == "PATCH" else None)
+            elapsed = time.perf_counter() - began
+            result.statuses.append(answer.status_code)
+            result.latencies.setdefault(answer.status_code, []).append(elapsed)
+
+        tasks = [asyncio.create_task(one(method, url)) for method, url in requests]
+        await asyncio.sleep(0.2)  # every request waits at the gate
+        gate.set()
+        await asyncio.gather(*tasks)
+    return result
+
+
+def burst(base_url: str, token: str, requests: list[tuple[str, str]]) -> Burst:
+    """Fire `requests` (method, url) at once from one process: they are all sent, then
+    released together."""
+    return asyncio.run(_burst(base_url, token, requests))
