@@ -329,8 +329,9 @@ def instance_settle(instance_id: uuid.UUID, *, within: float) -> InstanceSnapsho
             return instance
         if wait:
             time.sleep(wait)
-        if pending is not None:
-            job_run(pending.pk)
+        if pending is not None and job_run(pending.pk) == "skipped":
+            # Another worker claimed it, or it is not claimable yet: poll, do not spin.
+            time.sleep(0.02)
 
 
 def _resume_if_partially_committed(
