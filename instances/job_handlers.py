@@ -248,13 +248,19 @@ def _handle_transition(job: Job) -> None:
         attempt=job.attempts,
     )
     _resume_if_partially_committed(request, instance, row_seed)
+    _execute(job, loaded, request, reserved=not lock_free)
+
+
+def _execute(job: Job, loaded: _Loaded, request: TransitionRequest, *, reserved: bool) -> None:
+    """Run `request` for `job`, under the reservation it took (unless lock-free): a run that
+    faults the instance ends the job `instance_faulted`, one refused ends it `skipped`."""
     try:
         engine().execute(
-            definition,
-            instance,
+            loaded.definition,
+            loaded.instance,
             request,
-            owner=None if lock_free else job.lease_owner,
-            reserved=not lock_free,
+            owner=job.lease_owner if reserved else None,
+            reserved=reserved,
         )
     except PipelineFault as fault:
         raise InstanceFaulted(fault.code, fault.message) from fault
@@ -275,28 +281,14 @@ def _run_retry(job: Job, loaded: _Loaded) -> None:
     request.row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
     request.attempt = job.attempts
     _resume_if_partially_committed(request, loaded.instance, request.row_seed)
-    try:
-        engine().execute(
-            loaded.definition, loaded.instance, request, owner=job.lease_owner, reserved=True
-        )
-    except PipelineFault as fault:
-        raise InstanceFaulted(fault.code, fault.message) from fault
-    except Rejected as refused:
-        raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
+    _execute(job, loaded, request, reserved=True)
 
 
 def _run_boundary_retry(job: Job, loaded: _Loaded) -> None:
     # An error boundary's retry of a failed task: the hop continues at that task, Busy all along.
     request = boundary_retry_request(loaded.definition, job.payload)
     request.attempt = job.attempts
-    try:
-        engine().execute(
-            loaded.definition, loaded.instance, request, owner=job.lease_owner, reserved=True
-        )
-    except PipelineFault as fault:
-        raise InstanceFaulted(fault.code, fault.message) from fault
-    except Rejected as refused:
-        raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
+    _execute(job, loaded, request, reserved=True)
 
 
 def instance_settle(instance_id: uuid.UUID, *, within: float) -> InstanceSnapshot | None:

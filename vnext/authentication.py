@@ -49,7 +49,15 @@ def _forget_deleted_token(sender: Any, instance: Token, **kwargs: Any) -> None:
     cache.delete(_cache_key(instance.key))
 
 
+# A save touching only other fields (a login's `last_login`) changes nothing a token relies on.
+_AUTHENTICATING_FIELDS = frozenset({"is_active", "password", "username"})
+
+
 @receiver(post_save, sender=get_user_model())
-def _forget_tokens_of_saved_user(sender: Any, instance: Any, **kwargs: Any) -> None:
+def _forget_tokens_of_saved_user(
+    sender: Any, instance: Any, update_fields: Any = None, **kwargs: Any
+) -> None:
+    if update_fields is not None and not _AUTHENTICATING_FIELDS & set(update_fields):
+        return
     keys = Token.objects.filter(user_id=instance.pk).values_list("key", flat=True)
     cache.delete_many([_cache_key(key) for key in keys])

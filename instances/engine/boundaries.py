@@ -79,10 +79,10 @@ class RetryPolicy:
     def parse(raw: Any) -> RetryPolicy:
         """The policy of a rule's `retryPolicy` object (schema defaults for what is missing)."""
         raw = raw if isinstance(raw, dict) else {}
-        max_delay = _duration(raw.get("maxDelay"))
+        max_delay = iso_duration(raw.get("maxDelay"))
         return RetryPolicy(
             max_retries=max(int(raw.get("maxRetries", 3) or 0), 0),
-            initial_delay=_duration(raw.get("initialDelay")) or timedelta(seconds=1),
+            initial_delay=iso_duration(raw.get("initialDelay")) or timedelta(seconds=1),
             exponential=int(raw.get("backoffType", 1)) != 0,
             multiplier=max(float(raw.get("backoffMultiplier", 2.0) or 2.0), 1.0),
             max_delay=max_delay,
@@ -104,7 +104,8 @@ class RetryPolicy:
         return base
 
 
-def _duration(value: Any) -> timedelta | None:
+def iso_duration(value: Any) -> timedelta | None:
+    """An ISO 8601 duration (`PT0.2S`) as a timedelta; None when `value` is not one."""
     if not isinstance(value, str):
         return None
     try:

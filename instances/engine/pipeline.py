@@ -529,7 +529,6 @@ class Execution:
                 payload={
                     "boundaryRetry": {
                         "transition": hop.transition.key,
-                        "kind": hop.transition.kind,
                         "fromState": hop.source_state or "",
                         "trigger": int(hop.request.trigger),
                         "step": step.name,

@@ -59,3 +59,13 @@ def test_no_caching_when_the_setting_is_zero(token, settings):
     settings.VNEXT = {**settings.VNEXT, "TOKEN_CACHE_SECONDS": 0}
     assert call(token.key) == (404, 1)
     assert call(token.key) == (404, 1)
+
+
+def test_a_login_does_not_forget_the_token_but_deactivation_through_update_fields_does(token):
+    assert call(token.key) == (404, 1)
+    # A login saves only `last_login`: the cached lookup stays.
+    token.user.save(update_fields=["last_login"])
+    assert call(token.key) == (404, 0)
+    token.user.is_active = False
+    token.user.save(update_fields=["is_active"])
+    assert call(token.key)[0] == 401

@@ -31,10 +31,22 @@ PAYLOAD = "Workflows/payload-modes/payload-modes.json"
 MANAGEMENT = "Workflows/instance-management/instance-management-test-workflow.json"
 FAN_OUT = "Tasks/fan-out-config-matrix/fanout-case-join-quorum-task.json"
 SCHEMA = "Schemas/payload-modes/payload-modes-input.json"
+EB_LAB = "Workflows/error-boundary-lab/error-boundary-lab.json"
 UNSUPPORTED = " is not supported by this version"
 
 AUTO_ADVANCE = ("attributes", "states", 0, "transitions", 0)  # in schedule-after-auto
 GATE_TIMEOUT = ("attributes", "states", 0, "transitions", 1)
+
+
+def task_rule(transition: int) -> tuple[Any, ...]:
+    """The first onError rule of the first task of `ready`'s transition number `transition`
+    (error-boundary-lab: 0 abort, 1 rollback, 4 retry then abort, 6 ignore)."""
+    task = ("attributes", "states", 0, "transitions", transition, "onExecutionTasks", 0)
+    return (*task, "errorBoundary", "onError", 0)
+
+
+def pointer(path: tuple[Any, ...]) -> str:
+    return "/" + "/".join(str(part) for part in path)
 
 
 def at(document: dict[str, Any], path: tuple[Any, ...]) -> Any:
@@ -437,6 +449,55 @@ MUTATIONS = [
         set_field(("attributes", "config", "join", "policy"), "most"),
         "/attributes/config/join/policy",
         "is not one of",
+    ),
+    Mutation(
+        "rollback to a transition the workflow does not have",
+        EB_LAB,
+        set_field((*task_rule(1), "transition"), "nowhere"),
+        pointer((*task_rule(1), "transition")),
+        "'nowhere' does not exist",
+    ),
+    Mutation(
+        "rollback naming no transition",
+        EB_LAB,
+        delete((*task_rule(1), "transition")),
+        pointer((*task_rule(1), "transition")),
+        "name the transition",
+    ),
+    Mutation(
+        "state-level notify to a transition the workflow does not have",
+        EB_LAB,
+        set_field(("attributes", "states", 1, "errorBoundary", "onError", 0, "transition"), "x"),
+        "/attributes/states/1/errorBoundary/onError/0/transition",
+        "'x' does not exist",
+    ),
+    Mutation(
+        "an ignore rule naming a transition it would not run",
+        EB_LAB,
+        set_field((*task_rule(6), "transition"), "to-rolled-back"),
+        pointer((*task_rule(6), "transition")),
+        "only Rollback and Notify",
+    ),
+    Mutation(
+        "an abort rule with a retry policy it would not use",
+        EB_LAB,
+        set_field((*task_rule(0), "retryPolicy"), {"initialDelay": "PT1S"}),
+        pointer((*task_rule(0), "retryPolicy")),
+        "only a Retry rule",
+    ),
+    Mutation(
+        "a retry with no initial delay",
+        EB_LAB,
+        set_field((*task_rule(4), "retryPolicy", "initialDelay"), "PT0S"),
+        pointer((*task_rule(4), "retryPolicy", "initialDelay")),
+        "longer than zero",
+    ),
+    Mutation(
+        "a retry whose max delay is shorter than its initial delay",
+        EB_LAB,
+        set_field((*task_rule(4), "retryPolicy", "maxDelay"), "PT0.1S"),
+        pointer((*task_rule(4), "retryPolicy", "maxDelay")),
+        "not be shorter",
     ),
     Mutation(
         "schema component with a bad version",

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from django.utils.dateparse import parse_duration
-
+from instances.engine.boundaries import iso_duration
 from instances.engine.errors import Violation
 from workflows.documents import KIND_BY_FLOW, ComponentKind, ComponentRef, json_pointer
 from workflows.validation.scripts import Resolver
@@ -298,9 +297,19 @@ def _error_boundary_violations(
                 json_pointer(*rule_path, "transition"),
                 f"transition {transition!r} does not exist in this workflow",
             )
+        elif action not in (ABORT, ROLLBACK, NOTIFY) and transition:
+            # Accepted, it would be ignored: only Rollback and Notify run a transition.
+            yield Violation(
+                json_pointer(*rule_path, "transition"),
+                "only Rollback and Notify rules run a transition",
+            )
         policy = rule.get("retryPolicy")
         if action == RETRY and isinstance(policy, dict):
             yield from _retry_policy_violations(policy, (*rule_path, "retryPolicy"))
+        elif action != RETRY and policy is not None:
+            yield Violation(
+                json_pointer(*rule_path, "retryPolicy"), "only a Retry rule has a retryPolicy"
+            )
         if action == ABORT and rule.get("transition"):
             yield Violation(
                 json_pointer(*rule_path, "transition"), "an Abort rule names no transition"
@@ -312,25 +321,16 @@ def _error_boundary_violations(
 
 
 def _retry_policy_violations(policy: dict[str, Any], path: tuple[Any, ...]) -> Iterator[Violation]:
-    initial = _iso_duration(policy.get("initialDelay"))
+    initial = iso_duration(policy.get("initialDelay"))
     if initial is not None and initial <= timedelta(0):
         yield Violation(
             json_pointer(*path, "initialDelay"), "initialDelay must be longer than zero"
         )
-    largest = _iso_duration(policy.get("maxDelay"))
+    largest = iso_duration(policy.get("maxDelay"))
     if largest is not None and initial is not None and largest < initial:
         yield Violation(
             json_pointer(*path, "maxDelay"), "maxDelay must not be shorter than initialDelay"
         )
-
-
-def _iso_duration(value: Any) -> timedelta | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_duration(value)
-    except (OverflowError, ValueError):
-        return None
 
 
 # --- fan-out tasks (seed 002, "Doğrulama") --------------------------------------------------------
