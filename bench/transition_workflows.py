@@ -4,7 +4,7 @@ Domain `bench`; `ping` (Initial) and `pong` (Intermediate); manual transitions `
 (ping -> pong) and `to-ping` (pong -> ping); `versionStrategy` "None" everywhere, no schema, no
 view, no scripts. The `-task` variant runs one script task (type 7) on both transitions, so each
 of its transitions takes the Busy flag by compare-and-set first; the task's mapping has an input
-and an output handler returning `{}`: exactly two script calls per transition.
+and an output handler returning `{}`: two handlers, run in one worker exchange per transition.
 """
 
 from __future__ import annotations

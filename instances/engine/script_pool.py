@@ -58,6 +58,32 @@ _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.
 
 
 @dataclass(frozen=True)
+class FollowUp:
+    """A second handler of the same script that the worker calls right after the first one
+    succeeds, in the same round trip: a script or condition task (types 7 and 8: no I/O between
+    its input and output handlers) costs one exchange instead of two.
+
+    The follow-up gets one argument, the first call's argument at `context_position` afresh
+    (not as the first handler left it), its `body` set to `body` with `data` being what the
+    first handler returned (`{"result": bool(...)}` of it when `condition`). It runs under its
+    own time budget, in a fresh module namespace, as a separate call would."""
+
+    handler: str
+    context_position: int
+    body: dict[str, Any]
+    condition: bool = False
+
+    def request(self) -> dict[str, Any]:
+        """The `then` part of the worker request."""
+        return {
+            "handler": self.handler,
+            "context": self.context_position,
+            "body": self.body,
+            "condition": self.condition,
+        }
+
+
+@dataclass(frozen=True)
 class ScriptCall:
     """One call of a script handler: what to run, with which arguments, under which limits.
 
@@ -74,6 +100,7 @@ class ScriptCall:
 
     # The content hash workers cache compiled code by (the compiled script's, when known).
     digest: str = ""
+    then: FollowUp | None = None
 
     @property
     def source_hash(self) -> str:
@@ -91,7 +118,13 @@ class ScriptCall:
             "modules": sorted(self.allowed_modules),
             "timeout": self.timeout_seconds,
             "return_args": list(self.return_arguments),
+            **({"then": self.then.request()} if self.then else {}),
         }
+
+    @property
+    def budget_seconds(self) -> float:
+        """The wall-clock time the whole exchange may take: each handler has its own budget."""
+        return self.timeout_seconds * (2 if self.then else 1)
 
 
 @dataclass
@@ -100,6 +133,9 @@ class ScriptReply:
 
     value: Any
     arguments: list[Any] = field(default_factory=list)
+    # The follow-up's value, or the error it ended with (a `FollowUp` call only).
+    follow_up: Any = None
+    follow_up_error: ScriptError | None = None
 
 
 @dataclass(frozen=True)
@@ -333,7 +369,16 @@ class ScriptPool:
         if not reply.get("ok"):
             raise _error_from(reply.get("error") or {}, call.location)
         try:
-            return ScriptReply(decode_result(reply.get("result")), reply.get("arguments") or [])
+            answer = ScriptReply(decode_result(reply.get("result")), reply.get("arguments") or [])
+            if call.then is not None:
+                then = reply.get("then")
+                if not isinstance(then, dict):
+                    raise WireError("the worker did not run the follow-up handler")
+                if then.get("ok"):
+                    answer.follow_up = decode_result(then.get("result"))
+                else:
+                    answer.follow_up_error = _error_from(then.get("error") or {}, call.location)
+            return answer
         except (WireError, ValueError, TypeError) as exc:
             raise ScriptError(
                 f"unusable answer from the script worker: {exc}", location=call.location
@@ -370,7 +415,7 @@ class ScriptPool:
                 f"the script's arguments are larger than {self.settings.max_payload_bytes:,} bytes",
                 location=call.location,
             )
-        deadline = time.monotonic() + call.timeout_seconds + self.settings.grace_seconds
+        deadline = time.monotonic() + call.budget_seconds + self.settings.grace_seconds
         try:
             return worker.exchange(message, deadline, self.settings.max_payload_bytes)
         except _WorkerStuck:

@@ -16,7 +16,7 @@ from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, VNextError
 from instances.engine.ports import Components
 from instances.engine.records import InstanceSnapshot
-from instances.engine.script_pool import ScriptCall, ScriptReply, script_pool
+from instances.engine.script_pool import FollowUp, ScriptCall, ScriptReply, script_pool
 from instances.engine.script_wire import ScriptObject
 from instances.engine.scripts import (
     CompiledScript,
@@ -108,6 +108,23 @@ class ScriptHandle:
     def call(self, name: str, *args: Any, updates: tuple[int, ...] = ()) -> Any:
         """Call handler `name` with `args` in a worker and return its value. The context objects
         at the positions in `updates` take the attribute values the handler left them with."""
+        return self._exchange(name, args, updates, None).value
+
+    def call_then(
+        self, name: str, *args: Any, updates: tuple[int, ...] = (), then: FollowUp
+    ) -> ScriptReply:
+        """`call`, then the follow-up handler `then` in the same worker round trip. The reply
+        holds the first handler's value, and the follow-up's value or the `ScriptError` it
+        ended with (the first handler's error is raised, and no follow-up runs)."""
+        if not self.has(then.handler):
+            raise ScriptError(
+                f"the script defines no {then.handler!r} handler", location=self.compiled.location
+            )
+        return self._exchange(name, args, updates, then)
+
+    def _exchange(
+        self, name: str, args: tuple[Any, ...], updates: tuple[int, ...], then: FollowUp | None
+    ) -> ScriptReply:
         if not self.has(name):
             raise ScriptError(
                 f"the script defines no {name!r} handler", location=self.compiled.location
@@ -122,6 +139,7 @@ class ScriptHandle:
                 timeout_seconds=self.runner.timeout_seconds,
                 return_arguments=updates,
                 digest=self.compiled.source_hash,
+                then=then,
             )
         )
         for position, state in zip(updates, reply.arguments, strict=False):
@@ -129,7 +147,7 @@ class ScriptHandle:
             if isinstance(target, ScriptObject) and isinstance(state, dict):
                 vars(target).clear()
                 vars(target).update(_plain_attributes(state))
-        return reply.value
+        return reply
 
 
 def _plain_attributes(state: dict[str, Any]) -> dict[str, Any]:

@@ -103,6 +103,25 @@ def decode_result(tagged: Any) -> Any:
 # --- worker side -----------------------------------------------------------------------------
 
 
+def follow_up_context(
+    encoded_context: Any, first_result: Any, body: dict[str, Any], *, condition: bool
+) -> ScriptObject:
+    """The context a follow-up handler gets (see `FollowUp` in `script_pool`): a fresh copy
+    of the first call's context, whatever that call did to its own, with `body` set to the
+    task's standard response, whose `data` is what the first handler returned (the data part
+    of a `ScriptResponse`), or `{"result": bool(...)}` of it for a condition task."""
+    if not isinstance(first_result, dict):
+        raise WireError("malformed first result")
+    value = first_result.get("v")
+    if first_result.get("t") == "response":
+        value = (value or {}).get("data")
+    context = decode_argument(encoded_context)
+    if not isinstance(context, ScriptObject):
+        raise WireError("the follow-up's context is not a context object")
+    context.body = {**body, "data": {"result": bool(value)} if condition else value}
+    return context
+
+
 def decode_argument(encoded: Any) -> Any:
     """One handler argument as the script sees it (context objects become `ScriptObject`s)."""
     if isinstance(encoded, dict) and "o" in encoded:

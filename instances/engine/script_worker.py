@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import copy
 import ctypes
 import datetime
 import errno
@@ -33,7 +34,7 @@ from collections import OrderedDict
 from typing import Any
 
 from instances.engine.sandbox import run_call
-from instances.engine.script_wire import decode_argument
+from instances.engine.script_wire import decode_argument, follow_up_context
 from instances.engine.scripts import (
     SCRIPT_MODULES,
     CompiledScript,
@@ -241,20 +242,55 @@ class Worker:
             args = [decode_argument(item) for item in request.get("args", [])]
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             return _failure(ScriptError(f"malformed arguments: {exc}", location=location))
+        then = request.get("then")
+        # The follow-up's context is the one the server sent, not what the first handler makes
+        # of it: decoded arguments share their values with the request.
+        pristine = copy.deepcopy(request.get("args")) if isinstance(then, dict) else None
+        modules = frozenset(request.get("modules", ()))
+        timeout = float(request["timeout"])
         outcome = run_call(
             compiled,
             str(request["handler"]),
             args,
-            allowed_modules=frozenset(request.get("modules", ())),
-            timeout_seconds=float(request["timeout"]),
+            allowed_modules=modules,
+            timeout_seconds=timeout,
             return_arguments=tuple(request.get("return_args", ())),
         )
         if outcome.error is not None:
             reply = _failure(outcome.error)
             reply["recycle"] = outcome.exhausted_memory
-        else:
-            reply = {"ok": True, "result": outcome.result, "arguments": outcome.arguments}
-        reply["log"] = outcome.log
+            reply["log"] = outcome.log
+            return reply
+        reply = {"ok": True, "result": outcome.result, "arguments": outcome.arguments}
+        log = list(outcome.log or ())
+        if isinstance(then, dict) and pristine is not None:
+            # The follow-up handler of a script task: same script, same worker, no round trip.
+            try:
+                context = follow_up_context(
+                    pristine[int(then["context"])],
+                    outcome.result,
+                    dict(then["body"]),
+                    condition=bool(then.get("condition")),
+                )
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+                reply["then"] = _failure(
+                    ScriptError(f"malformed follow-up: {exc}", location=location)
+                )
+            else:
+                second = run_call(
+                    compiled,
+                    str(then["handler"]),
+                    [context],
+                    allowed_modules=modules,
+                    timeout_seconds=timeout,
+                )
+                log += second.log or ()
+                if second.error is not None:
+                    reply["then"] = _failure(second.error)
+                    reply["recycle"] = second.exhausted_memory
+                else:
+                    reply["then"] = {"ok": True, "result": second.result}
+        reply["log"] = log
         return reply
 
 

@@ -16,6 +16,7 @@ from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode
 from instances.engine.ports import Components, InstanceReader
 from instances.engine.records import InstanceSnapshot, TaskRow
+from instances.engine.script_pool import FollowUp, ScriptReply
 from instances.engine.script_runner import (
     ScriptHandle,
     ScriptObject,
@@ -30,7 +31,13 @@ from instances.engine.scripts import (
     ScriptTimeout,
     ScriptUnavailable,
 )
-from instances.engine.task_types import EXECUTORS, StandardResponse, TaskCall, TaskFailure
+from instances.engine.task_types import (
+    EXECUTORS,
+    PURE_TASK_TYPES,
+    StandardResponse,
+    TaskCall,
+    TaskFailure,
+)
 from instances.status import TaskStatus
 
 # Config keys exposed to scripts as snake_case attributes of the `task` argument.
@@ -195,10 +202,27 @@ class TaskRunner:
                 configuration=self.configuration,
             )
             input_data: Any = None
+            chained: ScriptReply | None = None
             if script is not None and script.has("input_handler"):
                 try:
                     # The handler may change the task (url, headers, body): take its changes back.
-                    returned = script.call("input_handler", task, context, updates=(0,))
+                    if task_type in PURE_TASK_TYPES and script.has("output_handler"):
+                        # Nothing happens between the handlers: both in one worker round trip.
+                        chained = script.call_then(
+                            "input_handler",
+                            task,
+                            context,
+                            updates=(0,),
+                            then=FollowUp(
+                                "output_handler",
+                                context_position=1,
+                                body=StandardResponse(status_code=200).as_dict(),
+                                condition=task_type == "8",
+                            ),
+                        )
+                        returned = chained.value
+                    else:
+                        returned = script.call("input_handler", task, context, updates=(0,))
                 except ScriptError as exc:
                     raise _input_failure(key, task_type, exc) from exc
                 input_data = response_data(returned)
@@ -217,7 +241,10 @@ class TaskRunner:
                 failure.task_key = key
                 patch = self._output(script, context, failure.response, task_type)
                 return outcome(TaskStatus.FAILED, failure.response.as_dict(), patch, failure)
-            patch = self._output(script, context, response, task_type)
+            if chained is not None:
+                patch = _output_patch(chained.follow_up, chained.follow_up_error)
+            else:
+                patch = self._output(script, context, response, task_type)
             return outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
         except TaskFailure as failure:
             failure.task_key = key
@@ -234,15 +261,23 @@ class TaskRunner:
         if script is not None and script.has("output_handler"):
             context.body = copy.deepcopy(response.as_dict())
             try:
-                returned = response_data(script.call("output_handler", context))
+                returned = script.call("output_handler", context)
             except ScriptError as exc:
-                raise TaskFailure(
-                    _mapping_code(exc, Codes.TASK_OUTPUT_MAPPING_FAILED), str(exc)
-                ) from exc
-            return returned if isinstance(returned, dict) else {}
+                return _output_patch(None, exc)
+            return _output_patch(returned, None)
         if task_type == "7" and isinstance(response.data, dict):
             return response.data
         return {}
+
+
+def _output_patch(returned: Any, error: ScriptError | None) -> dict[str, Any]:
+    # What an output handler's value merges into the instance data, or the failure it raised.
+    if error is not None:
+        raise TaskFailure(
+            _mapping_code(error, Codes.TASK_OUTPUT_MAPPING_FAILED), str(error)
+        ) from error
+    value = response_data(returned)
+    return value if isinstance(value, dict) else {}
 
 
 def _input_failure(key: str, task_type: str, exc: ScriptError) -> TaskFailure:

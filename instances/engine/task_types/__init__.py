@@ -24,4 +24,15 @@ EXECUTORS: dict[str, Executor] = {
     "19": execute_get_instance,
 }
 
-__all__ = ["EXECUTORS", "Executor", "StandardResponse", "TaskCall", "TaskFailure"]
+# Task types whose work is their input handler's value, with no I/O (Script, Condition): their
+# input and output handlers can run back to back in one script-worker round trip.
+PURE_TASK_TYPES = frozenset({"7", "8"})
+
+__all__ = [
+    "EXECUTORS",
+    "PURE_TASK_TYPES",
+    "Executor",
+    "StandardResponse",
+    "TaskCall",
+    "TaskFailure",
+]
