@@ -1,6 +1,6 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions`, `jobs` and `locks` suites need PostgreSQL: before Django is set up,
+The `transitions`, `jobs`, `locks` and `serving` suites need PostgreSQL: before Django is set up,
 `DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`, created when missing;
 `BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the test database. The other
 suites use no database.
@@ -13,8 +13,8 @@ import sys
 
 import django
 
-SUITES = ("scripts", "validation", "transitions", "jobs", "locks")
-DATABASE_SUITES = {"transitions", "jobs", "locks"}
+SUITES = ("scripts", "validation", "transitions", "jobs", "locks", "serving")
+DATABASE_SUITES = {"transitions", "jobs", "locks", "serving"}
 
 
 def main(argv: list[str]) -> None:
@@ -30,7 +30,14 @@ def main(argv: list[str]) -> None:
     # The project's settings plus the bench-only app of the django-fsm-2 baseline.
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     django.setup()
-    from bench import bench_jobs, bench_locks, bench_scripts, bench_transitions, bench_validation
+    from bench import (
+        bench_jobs,
+        bench_locks,
+        bench_scripts,
+        bench_serving,
+        bench_transitions,
+        bench_validation,
+    )
 
     suites = {
         "scripts": bench_scripts.main,
@@ -38,6 +45,7 @@ def main(argv: list[str]) -> None:
         "transitions": bench_transitions.main,
         "jobs": bench_jobs.main,
         "locks": bench_locks.main,
+        "serving": bench_serving.main,
     }
     from bench.summary import print_summary
 

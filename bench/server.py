@@ -4,6 +4,10 @@
 account it sets, waits for `GET /health`, and stops it with SIGTERM (then SIGKILL after a grace
 period) in `stop()`, which is safe to call more than once. Its output goes to a temporary log
 file, shown when it fails to come up.
+
+Another serving topology (the `serving` suite) passes its own `command` (given the port) and
+`env` overrides; such a server does not prepare the database, so `prepare()` runs
+`vnext_run --prepare-only` (migrate, operator account and token) once before it starts.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -31,12 +36,28 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class BenchServer:
-    """One `vnext_run` process serving `database_url` on 127.0.0.1."""
+def _vnext_run(port: int) -> list[str]:
+    return [sys.executable, "manage.py", "vnext_run", "--port", str(port), "--no-examples"]
 
-    def __init__(self, database_url: str, *, username: str = "bench-operator") -> None:
+
+class BenchServer:
+    """One `vnext_run` process serving `database_url` on 127.0.0.1 (or `command`'s server).
+
+    `command(port)` replaces `manage.py vnext_run`; `env` is laid over the server's environment,
+    a None value removing that variable."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        username: str = "bench-operator",
+        command: Callable[[int], list[str]] | None = None,
+        env: Mapping[str, str | None] | None = None,
+    ) -> None:
         self.database_url = database_url
         self.username = username
+        self.command = command
+        self.env_overrides = dict(env or {})
         self.password = secrets.token_urlsafe(16)
         self.port = free_port()
         # What `vnext_run` serves PostgreSQL with unless VNEXT_HTTP_WORKERS says otherwise.
@@ -47,21 +68,49 @@ class BenchServer:
             prefix="vnext-bench-server-", suffix=".log", delete=False
         )
 
-    def start(self, *, timeout: float = 90.0) -> None:
-        """Start the server and wait until `/health` answers 200."""
+    def environment(self) -> dict[str, str]:
+        """The server's environment: ours, the bench database and operator, the overrides."""
+        # No DATABASE_POOL_MAX_SIZE: what a user runs (each HTTP thread keeps its connection).
         env = {
             **os.environ,
             "DATABASE_URL": self.database_url,
             "DJANGO_SETTINGS_MODULE": "vnext.settings",
-            "DATABASE_POOL_MAX_SIZE": "8",
             "VNEXT_OPERATOR_USERNAME": self.username,
             "VNEXT_OPERATOR_PASSWORD": self.password,
             "PYTHONUNBUFFERED": "1",
         }
-        self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "vnext_run", "--port", str(self.port), "--no-examples"],
+        for name, value in self.env_overrides.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return env
+
+    def prepare(self, *, timeout: float = 120.0) -> None:
+        """`manage.py vnext_run --prepare-only` in this server's environment: migrate, and create
+        the operator account and its token, which a `command` server does not do itself."""
+        done = subprocess.run(
+            [sys.executable, "manage.py", "vnext_run", "--prepare-only", "--no-examples"],
             cwd=ROOT,
-            env=env,
+            env=self.environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"vnext_run --prepare-only failed ({done.returncode}):\n{self.log()}"
+            )
+
+    def start(self, *, timeout: float = 90.0) -> None:
+        """Start the server and wait until `/health` answers 200."""
+        command = (self.command or _vnext_run)(self.port)
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=self.environment(),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
