@@ -42,7 +42,7 @@ BROWSER_PACKAGES := chromium chromium-driver
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .DEFAULT_GOAL := help
-.PHONY: help install python browser run test lint format bench worker beat migrate clean
+.PHONY: help install python browser run serve test lint format bench worker beat migrate clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -82,6 +82,9 @@ browser: ## Install chromium and chromedriver for the browser tests (apt-get; on
 
 run: $(STAMP) ## Embedded server: SQLite, examples loaded, operator account, http://127.0.0.1:$(PORT)
 	PORT=$(PORT) $(PY) manage.py vnext_run
+
+serve: $(STAMP) ## Production server, same topology as run: serve only (run `make migrate` first)
+	PORT=$(PORT) HOST=$${HOST:-0.0.0.0} $(PY) manage.py vnext_run --serve-only
 
 test: $(STAMP) browser lint ## Lint, then the whole suite against PostgreSQL (and a browser)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) -m pytest $(PYTEST_ARGS) || { \

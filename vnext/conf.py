@@ -31,6 +31,9 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_WORKERS": None,
     # Threads serving HTTP requests in `make run` (each keeps its database connection).
     "HTTP_THREADS": 8,
+    # uvicorn's access log (one line per request): off by default, it costs throughput
+    # (`make bench` serving suite); a proxy in front usually logs requests anyway.
+    "HTTP_ACCESS_LOG": False,
     # Folder of example workflows that `make run` imports.
     "EXAMPLES_DIR": None,
     # Jobs: "celery" or "embedded"; None picks celery when CELERY_BROKER_URL is set.

@@ -169,6 +169,7 @@ VNEXT = {
     "SYNC_RETRY_WAIT_SECONDS": env.float("VNEXT_SYNC_RETRY_WAIT_SECONDS", default=10.0),
     "HTTP_WORKERS": env.int("VNEXT_HTTP_WORKERS", default=0) or None,
     "HTTP_THREADS": env.int("VNEXT_HTTP_THREADS", default=8),
+    "HTTP_ACCESS_LOG": env.bool("VNEXT_HTTP_ACCESS_LOG", default=False),
     "TOKEN_CACHE_SECONDS": env.float("VNEXT_TOKEN_CACHE_SECONDS", default=60.0),
     "EXAMPLES_DIR": BASE_DIR / "examples",
     "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,

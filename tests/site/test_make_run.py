@@ -3,12 +3,15 @@ page and the API with the examples loaded, and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.site.server import vnext_server
+from tests.site.server import ROOT, vnext_server
 
 
 @pytest.mark.slow
@@ -31,3 +34,39 @@ def test_embedded_server_end_to_end(tmp_path: Path):
     assert server.exit_code == 0, output
     assert "operator account: ops / (from VNEXT_OPERATOR_PASSWORD)" in output
     assert "examples imported" in output
+
+
+@pytest.mark.slow
+def test_make_serve_serves_a_migrated_database_and_does_nothing_else(tmp_path: Path):
+    env = {
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'vnext.sqlite3'}",
+        "VNEXT_OPERATOR_USERNAME": "ops",
+        "VNEXT_OPERATOR_PASSWORD": "ops-secret-42",
+    }
+    environment = {**os.environ, **env}
+    environment.pop("DJANGO_SETTINGS_MODULE", None)
+    # The release step production runs first (`make migrate`; here with the account too).
+    subprocess.run(
+        [sys.executable, "manage.py", "vnext_run", "--prepare-only", "--no-examples"],
+        cwd=ROOT,
+        env=environment,
+        check=True,
+        capture_output=True,
+    )
+    with vnext_server(tmp_path, env, args=("--serve-only",)) as server:
+        listing = httpx.get(
+            f"{server.base}/api/v1/definitions/workflow/core", auth=("ops", "ops-secret-42")
+        )
+        assert listing.status_code == 200
+        assert listing.json()["items"] == []  # nothing was imported
+    quiet = server.output()
+    assert server.exit_code == 0, quiet
+    assert "database migrated" not in quiet
+    assert "operator account" not in quiet
+    assert "GET /health" not in quiet  # no access log unless asked for
+
+    with vnext_server(
+        tmp_path, {**env, "VNEXT_HTTP_ACCESS_LOG": "true"}, args=("--serve-only",)
+    ) as logged:
+        pass
+    assert '"GET /health HTTP/1.1" 200' in logged.output()

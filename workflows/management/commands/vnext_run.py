@@ -1,7 +1,8 @@
-"""`manage.py vnext_run`: the embedded server behind `make run`.
+"""`manage.py vnext_run`: the server behind `make run` and `make serve`.
 
-Migrates, imports `examples/`, makes sure an operator account exists, then serves HTTP and
-Channels on 127.0.0.1:$PORT until Ctrl-C / SIGTERM.
+`make run` migrates, imports `examples/`, makes sure an operator account exists, then serves HTTP
+and Channels on 127.0.0.1:$PORT until Ctrl-C / SIGTERM. `make serve` (`--serve-only`) serves the
+same way and does nothing else: production migrates as a release step (`make migrate`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,17 @@ class Command(BaseCommand):
         parser.add_argument(
             "--prepare-only", action="store_true", help="migrate, import, create the operator"
         )
+        parser.add_argument(
+            "--serve-only",
+            action="store_true",
+            help="production (`make serve`): serve only; no migrate, examples or operator account",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["serve_only"]:
+            self._start_script_workers()
+            self._serve(options["host"], options["port"])
+            return
         if not options["prepare_only"]:
             self._start_script_workers()
         self._prepare_database_folder()
@@ -133,6 +143,7 @@ class Command(BaseCommand):
                 log_level="info",
                 lifespan="off",
                 workers=workers,
+                access_log=bool(vnext_setting("HTTP_ACCESS_LOG")),
             )
         finally:
             if embedded and workers == 1:
