@@ -3,11 +3,12 @@ profile, chains automatic transitions inline (depth limit 50), and turns failure
 instance with an incident.
 
 Concurrency model. A run starts from the loaded instance and keeps its writes pending. A hop that
-does I/O (tasks, subflows) first takes the Busy flag by compare-and-set (`status='A'` and the
-loaded `state_version` -> `'B'` with this run as owner), committing what is pending in the same
-transaction: from then on every flush is guarded by ownership. A run that does no I/O never holds
-Busy: it commits everything once, guarded by `status='A'` and the loaded `state_version`. Either
-way exactly one concurrent run wins and the others get 409 `Instance:100031`.
+does I/O (tasks other than script and condition tasks, subflows) first takes the Busy flag by
+compare-and-set (`status='A'` and the loaded `state_version` -> `'B'` with this run as owner),
+committing what is pending in the same transaction: from then on every flush is guarded by
+ownership. A run that does no I/O never holds Busy: it commits everything once, guarded by
+`status='A'` and the loaded `state_version`. Either way exactly one concurrent run wins and the
+others get 409 `Instance:100031`.
 """
 
 from __future__ import annotations
@@ -472,6 +473,10 @@ class Execution:
                 )
                 return False
             raise failure
+        if not self.holds_busy and not self.lock_free:
+            # A hop of script tasks runs without Busy; what a boundary does next (a retry job
+            # under the reservation, a diverted transition in OwnerReentry) needs it.
+            self.ensure_busy()
         error = TaskError(failure.code, failure.status, error_type_of(failure.code))
         decision = levels.decide(error)
         note = ""

@@ -20,6 +20,7 @@ from instances.engine.profiles import Order, Outcome
 from instances.engine.records import JobRow, TransitionRow, deep_merge
 from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
+from instances.engine.task_types import PURE_TASK_TYPES
 from instances.engine.tasks import TaskOutcome
 from instances.status import (
     STATE_SUBTYPE_NAMES,
@@ -73,7 +74,8 @@ def _run_tasks(
         references = [reference for reference in references if resume.selects(reference)]
     if not references:
         return
-    execution.ensure_busy()
+    if _tasks_do_io(execution, references):
+        execution.ensure_busy()
     row = hop.row
 
     def merge(outcome: TaskOutcome) -> None:
@@ -104,21 +106,32 @@ def _merge_data(execution: Execution, patch: dict[str, Any], strategy: str) -> N
     execution.writes.merge_data(patch, strategy)
 
 
+def _tasks_do_io(execution: Execution, references: list[dict[str, Any]]) -> bool:
+    # Script and condition tasks compute in the script worker and touch nothing outside: a hop
+    # made only of them commits once, guarded by the state it loaded, like a hop with no task.
+    # A task that is not published counts as I/O; it fails when it runs.
+    components = execution.engine.tasks.components
+    for reference in references:
+        document = components.component("task", reference.get("task") or {})
+        attributes = (document or {}).get("attributes") or {}
+        if str(attributes.get("type")) not in PURE_TASK_TYPES:
+            return True
+    return False
+
+
 def _hop_does_io(execution: Execution, hop: Hop) -> bool:
     definition = execution.definition
     target = hop.transition.resolved_target(execution.instance.current_state)
-    if hop.transition.tasks:
+    if hop.transition.tasks and _tasks_do_io(execution, hop.transition.tasks):
         return True
     self_only = hop.transition.is_update_data
     source = definition.states.get(hop.source_state or "")
-    if not self_only and source is not None and source.on_exits:
+    if not self_only and source is not None and _tasks_do_io(execution, source.on_exits):
         return True
     entered = definition.states.get(target)
-    return (
-        entered is not None
-        and not self_only
-        and bool(entered.on_entries or entered.state_type == StateType.SUBFLOW)
-    )
+    if entered is None or self_only:
+        return False
+    return entered.state_type == StateType.SUBFLOW or _tasks_do_io(execution, entered.on_entries)
 
 
 class PreflightStep(Step):

@@ -12,7 +12,9 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from instances.engine.task_types import EXECUTORS
 from instances.models import Instance, InstanceTransition
+from tests.engine.builders import transition
 from tests.instances.http_server import http_server
 from tests.instances.workflows import http_ref, http_task, ping_pong, publish
 
@@ -83,26 +85,93 @@ def test_fifty_threads_one_transition_exactly_one_wins(operator, operator_client
     )
 
 
-@pytest.mark.parametrize("with_task", [False, True], ids=["one-commit", "busy-cas"])
-def test_fast_transitions_race_one_winner_and_no_duplicate(operator, operator_client, with_task):
+@pytest.mark.parametrize(
+    "task",
+    [None, "script", "http"],
+    ids=["no-task", "script-task-one-commit", "http-task-busy-cas"],
+)
+def test_fast_transitions_race_one_winner_and_no_duplicate(operator, operator_client, task):
     # Without a slow step a request may arrive after the winner committed: it then finds the
     # instance in `pong`, where to-pong is not available (400), never a second success.
-    publish(ping_pong(with_task=with_task))
-    instance_id = start(operator_client, "ping-pong")
-    url = f"{BASE.format('ping-pong')}/{instance_id}/transitions/to-pong?sync=true"
+    with http_server() as base_url:
+        document = ping_pong(with_task=task == "script")
+        if task == "http":
+            document["attributes"]["states"][0]["transitions"][0]["onExecutionTasks"] = [
+                http_ref("ok-call")
+            ]
+            publish(http_task("ok-call", f"{base_url}/ok"), document)
+        else:
+            publish(document)
+        instance_id = start(operator_client, "ping-pong")
+        url = f"{BASE.format('ping-pong')}/{instance_id}/transitions/to-pong?sync=true"
 
-    def fire(client: APIClient, _index: int) -> tuple[int, str | None]:
-        response = client.patch(url, {}, format="json")
-        return response.status_code, response.json().get("errorCode")
+        def fire(client: APIClient, _index: int) -> tuple[int, str | None]:
+            response = client.patch(url, {}, format="json")
+            return response.status_code, response.json().get("errorCode")
 
-    results = Counter(race(50, fire, operator))
+        results = Counter(race(50, fire, operator))
     assert results[(200, None)] == 1
     assert results[(409, "Instance:100031")] + results[(400, "Transition:100020")] == 49
     assert InstanceTransition.objects.filter(transition_key="to-pong").count() == 1
     row = Instance.objects.get(pk=instance_id)
     assert (row.status, row.current_state, row.busy_owner) == ("A", "pong", "")
-    if with_task:
+    if task == "script":
         assert row.data == {"ponged": True}
+
+
+def test_a_script_task_runs_without_busy_and_loses_to_a_change_committed_meanwhile(
+    operator, operator_client, monkeypatch
+):
+    # Script tasks touch nothing outside the worker, so their hop commits once, guarded by the
+    # state it loaded: while one runs, the instance stays Active and another transition may
+    # win; the script's run then commits nothing and answers 409.
+    document = ping_pong(with_task=True)
+    document["attributes"]["states"][0]["transitions"].append(transition("skip-to-pong", "pong"))
+    publish(document)
+    instance_id = start(operator_client, "ping-pong")
+    url = f"{BASE.format('ping-pong')}/{instance_id}/transitions"
+    entered, release = threading.Event(), threading.Event()
+    run_script = EXECUTORS["7"]
+
+    def gated(call: Any) -> Any:
+        entered.set()
+        assert release.wait(30)
+        return run_script(call)
+
+    monkeypatch.setitem(EXECUTORS, "7", gated)
+    answers: list[tuple[int, str | None]] = []
+
+    def script_transition() -> None:
+        client = APIClient()
+        client.force_authenticate(operator)
+        try:
+            response = client.patch(f"{url}/to-pong?sync=true", {}, format="json")
+            answers.append((response.status_code, response.json().get("errorCode")))
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=script_transition)
+    runner.start()
+    try:
+        assert entered.wait(30)
+        seen = Instance.objects.get(pk=instance_id)
+        assert (seen.status, seen.busy_owner, seen.current_state) == ("A", "", "ping")
+        assert not InstanceTransition.objects.filter(transition_key="to-pong").exists()
+        skipped = operator_client.patch(f"{url}/skip-to-pong?sync=true", {}, format="json")
+        assert skipped.status_code == 200, skipped.json()
+    finally:
+        release.set()
+        runner.join(timeout=60)
+    assert answers == [(409, "Instance:100031")]
+    row = Instance.objects.get(pk=instance_id)
+    assert (row.status, row.current_state, row.busy_owner, row.data) == ("A", "pong", "", {})
+    keys = list(
+        InstanceTransition.objects.filter(instance_id=instance_id).values_list(
+            "transition_key", flat=True
+        )
+    )
+    assert "to-pong" not in keys
+    assert keys.count("skip-to-pong") == 1
 
 
 def test_twenty_parallel_update_data_calls_all_apply(operator, operator_client):

@@ -13,7 +13,7 @@ import pytest
 
 from instances.job_handlers import instances_reap_stranded_busy, jobs_run_due
 from instances.models import Incident, Instance, InstanceTask, Job
-from tests.engine.builders import state, transition, workflow
+from tests.engine.builders import script, state, transition, workflow
 from tests.instances.eb_lab_stub import eb_lab_stub
 from tests.instances.http_server import http_server
 from tests.instances.scenario_api import make_due
@@ -190,3 +190,90 @@ def test_a_cancel_while_a_retry_is_pending_wins_and_the_retry_job_is_skipped(
     instance = Instance.objects.get(pk=instance_id)
     assert (instance.status, instance.current_state, instance.busy_owner) == ("C", "cancelled", "")
     assert not Incident.objects.filter(instance_id=instance_id, resolved=False).exists()
+
+
+def failing_script_ref(boundary: dict[str, Any]) -> dict[str, Any]:
+    """An onExecutionTasks item whose script task's input handler raises, under `boundary`."""
+    source = "def input_handler(task, context):\n    raise ValueError('refused')\n"
+    return {
+        "order": 1,
+        "task": {"key": "script-task", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"},
+        "mapping": script(source),
+        "errorBoundary": boundary,
+    }
+
+
+def test_a_failing_script_task_takes_busy_for_its_retry_job_then_aborts(
+    operator_client: Any, settings: Any
+):
+    # A hop of script tasks runs without Busy (nothing outside changes); a retry job resumes
+    # under the run's reservation, so the failure takes Busy before scheduling it.
+    policy = {**POLICY, "maxRetries": 1}
+    reference = failing_script_ref(
+        {"onError": [{"action": 1, "priority": 1, "retryPolicy": policy}, {"action": 0}]}
+    )
+    publish(
+        workflow(
+            [
+                state("idle", 1, [transition("call", "called", onExecutionTasks=[reference])]),
+                state("called", 2),
+            ],
+            key="retrying",
+        )
+    )
+    settings.VNEXT = {**settings.VNEXT, "SYNC_RETRY_WAIT_SECONDS": 0.0}
+    instance_id = operator_client.post(f"{BASE}/start?sync=true", {}, format="json").json()["id"]
+    answered = operator_client.patch(
+        f"{BASE}/{instance_id}/transitions/call?sync=true", {}, format="json"
+    )
+    assert (answered.status_code, answered.json()["status"]) == (200, "B")
+    (job,) = retry_jobs(instance_id)
+    instance = Instance.objects.get(pk=instance_id)
+    assert (instance.status, instance.busy_owner) == ("B", job.payload["reservation"])
+    make_due(job)
+    assert jobs_run_due() == {"instance_faulted": 1}
+    instance = Instance.objects.get(pk=instance_id)
+    assert (instance.status, instance.current_state, instance.busy_owner) == ("F", "idle", "")
+    incident = Incident.objects.get(instance_id=instance_id)
+    assert (incident.boundary_action, incident.error_code) == (
+        "Abort",
+        "Task:Script:script-task:500",
+    )
+    assert "after 1 retry" in incident.message
+
+
+def test_a_failing_script_task_rolls_back_through_its_boundary_transition(operator_client: Any):
+    reference = failing_script_ref({"onError": [{"action": 2, "transition": "recover"}]})
+    publish(
+        workflow(
+            [
+                state(
+                    "idle",
+                    1,
+                    [
+                        transition("call", "called", onExecutionTasks=[reference]),
+                        transition("recover", "recovered"),
+                    ],
+                ),
+                state("called", 2),
+                state("recovered", 2),
+            ],
+            key="retrying",
+        )
+    )
+    instance_id = operator_client.post(f"{BASE}/start?sync=true", {}, format="json").json()["id"]
+    answered = operator_client.patch(
+        f"{BASE}/{instance_id}/transitions/call?sync=true", {}, format="json"
+    )
+    assert (answered.status_code, answered.json()["status"]) == (200, "A")
+    instance = Instance.objects.get(pk=instance_id)
+    assert (instance.status, instance.current_state, instance.busy_owner) == (
+        "A",
+        "recovered",
+        "",
+    )
+    incident = Incident.objects.get(instance_id=instance_id)
+    assert (incident.boundary_action, incident.resolved) == ("Rollback", True)
+    assert [
+        (row.transition_key, row.status) for row in instance.transitions.order_by("started_at")
+    ] == [("start", "completed"), ("call", "diverted"), ("recover", "completed")]
