@@ -10,6 +10,7 @@ backoff up to `VNEXT_JOB_MAX_ATTEMPTS`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -21,12 +22,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from instances.engine.definition import TransitionDef
+from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
-from instances.engine.outcomes import PipelineFault, Rejected
+from instances.engine.outcomes import ForwardToSubflow, PipelineFault, Rejected
 from instances.engine.pipeline import TransitionRequest
 from instances.engine.profiles import Order
-from instances.engine.records import IncidentRow, InstanceSnapshot
+from instances.engine.records import IncidentRow, InstanceSnapshot, subflow_owner
 from instances.models import InstanceTransition, Job
 from instances.orm_store import FaultToRetry, OrmStore
 from instances.queue import (
@@ -253,9 +254,10 @@ def _handle_transition(job: Job) -> None:
 
 def _execute(job: Job, loaded: _Loaded, request: TransitionRequest, *, reserved: bool) -> None:
     """Run `request` for `job`, under the reservation it took (unless lock-free): a run that
-    faults the instance ends the job `instance_faulted`, one refused ends it `skipped`."""
+    faults the instance ends the job `instance_faulted`, one refused ends it `skipped`. The
+    hand-off jobs the run queued (subflow starts, resumes, ends) run next, here."""
     try:
-        engine().execute(
+        execution = engine().execute(
             loaded.definition,
             loaded.instance,
             request,
@@ -266,6 +268,42 @@ def _execute(job: Job, loaded: _Loaded, request: TransitionRequest, *, reserved:
         raise InstanceFaulted(fault.code, fault.message) from fault
     except Rejected as refused:
         raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
+    except ForwardToSubflow as forwarded:
+        raise JobSkipped(
+            f"instance {loaded.instance.id} now waits for its subflow {forwarded.child_id}; "
+            "send the transition again"
+        ) from forwarded
+    if execution.relays:
+        relays_run(loaded.instance.id)
+
+
+_relaying = threading.local()
+
+
+def relays_run(origin: uuid.UUID, *, budget: int = 500) -> int:
+    """Run here and now the hand-off jobs a run on `origin` queued (its SubFlow child's start,
+    its parent's resume, its children's ends), then those they queue in turn, until the chain
+    rests: a runtime-issued child start or resume waits for the child's pipeline to reach a
+    rest point (seed 000). Each stays a durable job that any worker may claim first; this only
+    claims it like a worker would. Returns how many it ran."""
+    if getattr(_relaying, "active", False):
+        return 0  # the outer call's loop follows this run's hand-offs
+    _relaying.active = True
+    ran = 0
+    try:
+        frontier = [str(origin)]
+        while frontier and ran < budget:
+            origin_id = frontier.pop(0)
+            due = Job.objects.filter(
+                status=JobStatus.PENDING, run_at__lte=timezone.now(), payload__origin=origin_id
+            ).order_by("pk")
+            for job_id, instance_id in list(due.values_list("pk", "instance_id")):
+                ran += 1
+                if job_run(job_id) != "skipped" and instance_id is not None:
+                    frontier.append(str(instance_id))
+    finally:
+        _relaying.active = False
+    return ran
 
 
 def _run_retry(job: Job, loaded: _Loaded) -> None:
@@ -354,7 +392,7 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
         # The workflow timeout may still end a faulted instance; a state's timer may not.
         raise JobSkipped(f"instance {instance.id} is faulted; its timers wait for a retry")
     if timeout:
-        transition = definition.timeout
+        transition = definition.timeout_for(instance.extra)
     else:
         if instance.current_state != job.state:
             raise JobSkipped(f"the instance left state {job.state!r}; its timers are void")
@@ -369,19 +407,73 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
         attempt=job.attempts,
     )
     try:
-        engine().execute(definition, instance, request, owner=job.lease_owner)
+        execution = engine().execute(definition, instance, request, owner=job.lease_owner)
     except PipelineFault as fault:
         raise InstanceFaulted(fault.code, fault.message) from fault
     except Rejected as refused:
         if refused.error == Codes.INSTANCE_BUSY:
             raise RetryLater(refused.detail, delay=0.5) from refused
         raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
+    if execution.relays:
+        relays_run(instance.id)
+
+
+def _handle_subflow_resume(job: Job) -> None:
+    """A SubFlow child ended: its parent takes its Busy over from the correlation, merges the
+    child's data through the mapping's output handler and goes on (step 79, then Auto)."""
+    loaded = _load(job)
+    parent, definition = loaded.instance, loaded.definition
+    child_id = uuid.UUID(str(job.payload["child"]))
+    if not _store.take_reservation(parent.id, subflow_owner(child_id), job.pk, job.lease_owner):
+        raise JobSkipped(
+            f"instance {parent.id} no longer waits for its child {child_id} "
+            f"(status {parent.status})"
+        )
+    child = _store.load(child_id)
+    state = parent.current_state
+    request = TransitionRequest(
+        transition=definition.subflow_resume(state),
+        trigger=Trigger.AUTOMATIC,
+        actor="subflow",
+        row_seed=uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}"),
+        attempt=job.attempts,
+        resume_at=Order.CLEAR_BUSY_ON_RESUME,
+        resume_from_state=state,
+        subflow_result=dict(child.data) if child is not None else {},
+    )
+    _execute(job, loaded, request, reserved=True)
+
+
+def _handle_subflow_end(job: Job) -> None:
+    """The parent ended (cancel, exit, timeout): the child runs its own cancel (or exit), which
+    ends its children in turn. A child whose workflow defines none is left as it is."""
+    loaded = _load(job)
+    child, definition = loaded.instance, loaded.definition
+    if child.status == InstanceStatus.COMPLETED:
+        raise JobSkipped(f"instance {child.id} is completed already")
+    wanted = job.payload.get("transitionKind")
+    transition = definition.exit if wanted == TransitionKind.EXIT else None
+    transition = transition or definition.cancel
+    if transition is None:
+        raise JobSkipped(
+            f"instance {child.id} ({definition.key}) defines no cancel: bypassed, left running"
+        )
+    request = TransitionRequest(
+        transition=transition,
+        trigger=Trigger.MANUAL,
+        actor="subflow",
+        row_seed=uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}"),
+        attempt=job.attempts,
+    )
+    _execute(job, loaded, request, reserved=False)
 
 
 HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.TRANSITION: _handle_transition,
     JobKind.TIMER: _handle_timer,
     JobKind.TIMEOUT: lambda job: _handle_timer(job, timeout=True),
+    JobKind.SUBFLOW_RESUME: _handle_subflow_resume,
+    JobKind.SUBFLOW_END: _handle_subflow_end,
 }
 
 

@@ -27,6 +27,8 @@ from django.utils import timezone
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.ports import BusinessKeyTaken, StoreRefused
 from instances.engine.records import (
+    ChildrenEnd,
+    ChildStart,
     Guard,
     GuardKind,
     IncidentRow,
@@ -41,6 +43,7 @@ from instances.engine.records import (
 )
 from instances.filters import parse_filter
 from instances.models import (
+    Correlation,
     Incident,
     Instance,
     InstanceDataVersion,
@@ -49,7 +52,13 @@ from instances.models import (
     Job,
 )
 from instances.queue import job_enqueue, jobs_dispatch
-from instances.status import InstanceStatus, JobKind, JobStatus, TransitionStatus
+from instances.status import (
+    CorrelationStatus,
+    InstanceStatus,
+    JobKind,
+    JobStatus,
+    TransitionStatus,
+)
 from locks.models import ResourceLock
 from workflows.documents import ComponentKind, ComponentRef
 from workflows.models import Component
@@ -78,6 +87,7 @@ _INSTANCE_FIELDS = (
     "created_at",
     "updated_at",
     "completed_at",
+    "parent_correlation_id",
 )
 _VERSION_COLUMNS = ("data_version_major", "data_version_minor", "data_version_patch")
 _SNAPSHOT_COLUMNS = (*_INSTANCE_FIELDS, "data", *_VERSION_COLUMNS)
@@ -299,6 +309,15 @@ class OrmStore:
         )
         return self.load(instance_id) if taken else None
 
+    def hand_over(
+        self, instance_id: uuid.UUID, from_owner: str, to_owner: str
+    ) -> InstanceSnapshot | None:
+        """Busy owner `from_owner` -> `to_owner` by compare-and-set; None when it is not held."""
+        taken = Instance.objects.filter(
+            pk=instance_id, status=InstanceStatus.BUSY, busy_owner=from_owner
+        ).update(busy_owner=to_owner, busy_since=timezone.now(), etag=new_etag())
+        return self.load(instance_id) if taken else None
+
     def flush(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> InstanceSnapshot | None:
@@ -391,6 +410,85 @@ class OrmStore:
             # Handed to the job runner once (and only if) this transaction commits.
             jobs = [(job.pk, job.run_at) for job in created]
             transaction.on_commit(lambda: jobs_dispatch(jobs))
+        for child in writes.children:
+            _start_child(instance_id, child)
+        if writes.parent_correlation_status is not None and committed.parent_correlation_id:
+            _close_parent_correlation(
+                committed.id, committed.parent_correlation_id, writes.parent_correlation_status
+            )
+        if writes.children_end is not None:
+            _end_children(instance_id, writes.children_end)
+
+
+# --- subflows: rows another instance's flush writes ----------------------------------------------
+
+
+def _start_child(parent_id: uuid.UUID, child: ChildStart) -> None:
+    # The correlation, the child (Busy, reserved for its start job) and that job: one
+    # transaction with the parent's own writes, so a crash leaves all of them or none.
+    now = timezone.now()
+    correlation = Correlation.objects.create(
+        parent_id=parent_id,
+        parent_state=child.parent_state,
+        child_id=child.instance.id,
+        type=child.correlation_type,
+        created_at=now,
+    )
+    values = {name: getattr(child.instance, name) for name in _INSTANCE_FIELDS}
+    values.update(
+        status=InstanceStatus.BUSY,
+        busy_owner=child.reservation,
+        busy_since=now,
+        created_at=now,
+        updated_at=now,
+        parent_correlation_id=correlation.pk,
+    )
+    Instance.objects.create(**values)
+    job_enqueue(kind=JobKind.TRANSITION, instance_id=child.instance.id, payload=child.job_payload)
+
+
+def _close_parent_correlation(child_id: uuid.UUID, correlation_id: int, status: str) -> None:
+    # The child ended: its correlation closes and, for a SubFlow, the waiting parent resumes.
+    found = (
+        Correlation.objects.filter(pk=correlation_id, status=CorrelationStatus.ACTIVE)
+        .values_list("parent_id", "type")
+        .first()
+    )
+    if found is None:
+        return  # the parent ended first (its cancel closed the correlation): nobody waits
+    parent_id, correlation_type = found
+    Correlation.objects.filter(pk=correlation_id).update(status=status, completed_at=timezone.now())
+    if correlation_type == Correlation.Type.SUBFLOW:
+        job_enqueue(
+            kind=JobKind.SUBFLOW_RESUME,
+            instance_id=parent_id,
+            payload={
+                "child": str(child_id),
+                "correlation": correlation_id,
+                "origin": str(child_id),
+            },
+        )
+
+
+def _end_children(parent_id: uuid.UUID, end: ChildrenEnd) -> None:
+    # The parent ended: each open SubFlow child gets its own cancel (or exit) as a job.
+    open_children = Correlation.objects.filter(
+        parent_id=parent_id, status=CorrelationStatus.ACTIVE, type=Correlation.Type.SUBFLOW
+    )
+    for correlation_id, child_id in list(open_children.values_list("pk", "child_id")):
+        Correlation.objects.filter(pk=correlation_id).update(
+            status=end.status, completed_at=timezone.now()
+        )
+        if child_id is not None:
+            job_enqueue(
+                kind=JobKind.SUBFLOW_END,
+                instance_id=child_id,
+                payload={
+                    "transitionKind": end.transition_kind,
+                    "correlation": correlation_id,
+                    "origin": str(parent_id),
+                },
+            )
 
 
 # --- SQL dialects: one object per database vendor, chosen once ------------------------------------
@@ -536,6 +634,9 @@ class PostgresSql(PortableSql):
             or writes.cancel_all_timers
             or writes.release_locks
             or writes.resolve_incidents is not None
+            or writes.children
+            or writes.parent_correlation_status is not None
+            or writes.children_end is not None
         )
 
     def flush_in_one(

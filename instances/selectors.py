@@ -3,6 +3,7 @@ schema) of API.md section 3."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +12,8 @@ from django.db.models import QuerySet
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, VNextError
-from instances.engine.records import InstanceSnapshot
+from instances.engine.pipeline import MAX_CHAIN_DEPTH
+from instances.engine.records import InstanceSnapshot, waiting_child
 from instances.filters import parse_filter, parse_page, parse_sort
 from instances.models import Incident, Instance, InstanceTransition, Job
 from instances.status import InstanceStatus, JobKind, JobStatus, StateType, Trigger
@@ -44,6 +46,11 @@ def instance_list(
     start = (number - 1) * size
     rows = list(queryset[start : start + size + 1])
     return Page(rows[:size], number, size, len(rows) > size)
+
+
+def instance_by_id(instance_id: uuid.UUID) -> InstanceSnapshot | None:
+    """Any instance by id, whatever its workflow (a forwarded transition's subflow), or None."""
+    return engine().store.load(instance_id)
 
 
 def instance_history(instance: InstanceSnapshot) -> list[InstanceTransition]:
@@ -144,10 +151,68 @@ def _transition_kind(transition: TransitionDef) -> str | None:
     }.get(transition.kind)
 
 
+@dataclass(frozen=True)
+class SubflowLevel:
+    """One level of an instance's active SubFlow chain: the waiting parent and its child."""
+
+    correlation_id: int | None
+    parent: InstanceSnapshot
+    child: InstanceSnapshot
+
+
+def subflow_chain(instance: InstanceSnapshot) -> list[SubflowLevel]:
+    """The active SubFlow chain below `instance`, top to leaf (empty when it waits for none)."""
+    levels: list[SubflowLevel] = []
+    current = instance
+    store = engine().store
+    for _ in range(MAX_CHAIN_DEPTH):
+        child_id = waiting_child(current)
+        child = store.load(child_id) if child_id is not None else None
+        if child is None:
+            break
+        levels.append(SubflowLevel(child.parent_correlation_id, current, child))
+        current = child
+    return levels
+
+
+def chain_etag(instance: InstanceSnapshot, levels: list[SubflowLevel]) -> str:
+    """The state function's ETag: it changes when any instance of the chain changes."""
+    if not levels:
+        return instance.etag
+    joined = ".".join([instance.etag, *(level.child.etag for level in levels)])
+    return hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+
+def active_correlations(levels: list[SubflowLevel]) -> list[dict[str, Any]]:
+    """`activeCorrelations` of the state function: each open SubFlow level, top to leaf."""
+    return [
+        {
+            "id": level.correlation_id,
+            "type": "S",
+            "parentId": str(level.parent.id),
+            "parentState": level.parent.current_state,
+            "childId": str(level.child.id),
+            "domain": level.child.domain,
+            "flow": level.child.workflow_key,
+            "version": level.child.workflow_version,
+            "state": level.child.current_state,
+            "status": str(level.child.status),
+        }
+        for level in levels
+    ]
+
+
 def state_function(
-    definition: WorkflowDefinition, instance: InstanceSnapshot, base: str
+    definition: WorkflowDefinition,
+    instance: InstanceSnapshot,
+    base: str,
+    *,
+    correlations: list[dict[str, Any]] | None = None,
+    data_base: str | None = None,
 ) -> dict[str, Any]:
-    """`functions/state`: where the instance is and what a client can do next."""
+    """`functions/state`: where the instance is and what a client can do next. For a parent
+    waiting on a SubFlow chain the caller passes the leaf (the only state a client acts on),
+    the chain as `correlations`, and the leaf's own path as `data_base`."""
     state = definition.states.get(instance.current_state)
     view = (state.raw.get("view") if state else None) or {}
     transitions: list[dict[str, Any]] = []
@@ -190,18 +255,19 @@ def state_function(
             }
         )
     incident = active_incident(instance)
+    own = data_base or base
     body: dict[str, Any] = {
-        "data": {"href": _href(base, "functions/data")},
+        "data": {"href": _href(own, "functions/data")},
         "view": {
             "hasView": bool(view.get("view")),
             "loadData": bool(view.get("loadData")),
-            "href": _href(base, "functions/view"),
+            "href": _href(own, "functions/view"),
         },
         "state": instance.current_state,
         "status": str(instance.status),
         "stateType": instance.effective_state_type,
         "stateSubType": instance.effective_state_subtype,
-        "activeCorrelations": [],
+        "activeCorrelations": correlations or [],
         "transitions": transitions,
         "incident": incident_block(instance, incident),
         "eTag": instance.etag,
@@ -211,10 +277,11 @@ def state_function(
         .values_list("run_at", flat=True)
         .first()
     )
-    if definition.timeout is not None and live and deadline is not None:
+    timeout = definition.timeout_for(instance.extra)
+    if timeout is not None and live and deadline is not None:
         body["timeout"] = {
-            "key": definition.timeout.key,
-            "target": definition.timeout.target,
+            "key": timeout.key,
+            "target": timeout.target,
             "executeAtUtc": deadline.isoformat().replace("+00:00", "Z"),
         }
     return body

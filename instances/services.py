@@ -10,14 +10,20 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
+from instances.engine.definition import (
+    SUBFLOW_RESUME_KEY,
+    TransitionDef,
+    TransitionKind,
+    WorkflowDefinition,
+)
 from instances.engine.errors import Codes, ErrorCode, VNextError
-from instances.engine.outcomes import BUSY_EXEMPT, PipelineFault
+from instances.engine.outcomes import BUSY_EXEMPT, ForwardToSubflow, PipelineFault
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.pipeline import Execution, TaskResume, TransitionRequest
+from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution, TaskResume, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.profiles import Order
 from instances.engine.records import Guard, GuardKind, InstanceSnapshot, PendingWrites, new_etag
+from instances.engine.subflows import forward_target
 from instances.models import Incident, Instance, OperatorAction
 from instances.orm_store import (
     FaultToRetry,
@@ -47,11 +53,14 @@ class RequestInfo:
 
 @dataclass(frozen=True)
 class InstanceOutcome:
-    """The instance after a start or transition; `created` is False for an idempotent start."""
+    """The instance after a start or transition; `created` is False for an idempotent start.
+    `addressed` is the instance the caller named when the transition was forwarded to its
+    active subflow (the answer describes that one)."""
 
     instance: InstanceSnapshot
     created: bool = True
     execution: Execution | None = None
+    addressed: uuid.UUID | None = None
 
 
 def workflow_definition(
@@ -134,12 +143,27 @@ def instance_transition(
     info: RequestInfo,
 ) -> InstanceOutcome:
     """Run a client-triggered transition on an instance (by id or business key)."""
-    instance, definition, transition, payload = _admissible(
-        domain, workflow, ref, transition_key, body, info
+    addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    for _ in range(2):
+        instance, definition, transition, payload = _admissible(
+            addressed, transition_key, body, info
+        )
+        request = _request(transition, payload, body, info)
+        try:
+            execution = engine().execute(definition, instance, request)
+        except ForwardToSubflow:
+            # The instance began waiting for a child since it was read: forward again.
+            addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+            continue
+        forwarded = addressed.id if instance.id != addressed.id else None
+        return InstanceOutcome(
+            execution.instance, created=False, execution=execution, addressed=forwarded
+        )
+    raise VNextError(
+        Codes.INSTANCE_BUSY,
+        "the instance's subflow chain keeps changing; send the transition again",
+        instance_id=str(addressed.id),
     )
-    request = _request(transition, payload, body, info)
-    execution = engine().execute(definition, instance, request)
-    return InstanceOutcome(execution.instance, created=False, execution=execution)
 
 
 def instance_retry(
@@ -266,6 +290,8 @@ def _faulted_transition(
     found = definition.transition_for(fault.from_state, fault.transition_key)
     if found is not None:
         return found
+    if fault.transition_key == SUBFLOW_RESUME_KEY:
+        return definition.subflow_resume(fault.from_state)
     specials = [*definition.specials(), definition.timeout]
     special = next((t for t in specials if t is not None and t.key == fault.transition_key), None)
     # An error boundary's rollback/notify transition runs even where it is not available.
@@ -360,13 +386,17 @@ def instance_transition_accept(
 
     The admission CAS and the job row commit together; cancel/exit take Busy over, updateData
     takes no lock at all."""
-    instance, _, transition, payload = _admissible(
-        domain, workflow, ref, transition_key, body, info
-    )
+    addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    instance, _, transition, payload = _admissible(addressed, transition_key, body, info)
     reservation = f"res:{uuid.uuid4().hex}"
     job_payload = _job_payload(
         transition, payload, body, info, fromState=instance.current_state, reservation=reservation
     )
+    forwarded = instance.id != addressed.id
+    if forwarded:
+        # Chain reserve (seed 000): the ancestors are Busy for their correlations already; the
+        # leaf is reserved for this job before the 202, and the job claims exactly that.
+        job_payload["chainReserved"] = str(addressed.id)
     if transition.is_update_data:
         job_payload["lockFree"] = True
         with transaction.atomic():
@@ -387,25 +417,50 @@ def instance_transition_accept(
             "the instance cannot accept this transition now",
             instance_id=str(instance.id),
         )
+    if forwarded:
+        return InstanceOutcome(addressed, created=False, addressed=addressed.id)
     instance.status = InstanceStatus.BUSY
     return InstanceOutcome(instance, created=False)
 
 
 def _admissible(
-    domain: str, workflow: str, ref: str, transition_key: str, body: Any, info: RequestInfo
+    addressed: InstanceSnapshot, transition_key: str, body: Any, info: RequestInfo
 ) -> tuple[InstanceSnapshot, WorkflowDefinition, TransitionDef, Payload]:
-    """The instance, its definition, the client transition and the checked payload, or the
+    """The instance the transition runs on (the addressed one, or its active subflow leaf when
+    it is forwarded), its definition, the client transition and the checked payload, or the
     error a client gets before anything is written (404, 400)."""
-    instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
-    if instance.status == InstanceStatus.COMPLETED:
+    if addressed.status == InstanceStatus.COMPLETED:
         raise VNextError(
             Codes.INSTANCE_COMPLETED,
-            f"instance is completed (state {instance.current_state})",
-            instance_id=str(instance.id),
+            f"instance is completed (state {addressed.current_state})",
+            instance_id=str(addressed.id),
         )
-    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
+    definition = workflow_definition(
+        addressed.domain, addressed.workflow_key, addressed.workflow_version
+    )
+    instance, definition = _forwarded(addressed, definition, transition_key)
     transition = _client_transition(definition, instance, transition_key)
     return instance, definition, transition, _checked_payload(definition, transition, body, info)
+
+
+def _forwarded(
+    instance: InstanceSnapshot, definition: WorkflowDefinition, key: str
+) -> tuple[InstanceSnapshot, WorkflowDefinition]:
+    """Follow step 10 down the chain: the deepest active subflow the transition goes to."""
+    for _ in range(MAX_CHAIN_DEPTH):
+        child_id = forward_target(definition, instance, key)
+        if child_id is None:
+            return instance, definition
+        child = _store.load(child_id)
+        if child is None or child.status == InstanceStatus.COMPLETED:
+            raise VNextError(
+                Codes.INSTANCE_BUSY,
+                "the instance is resuming from its ended subflow; send the transition again",
+                instance_id=str(instance.id),
+            )
+        instance = child
+        definition = workflow_definition(child.domain, child.workflow_key, child.workflow_version)
+    return instance, definition
 
 
 def _client_transition(

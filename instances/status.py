@@ -105,6 +105,8 @@ class JobKind(TextChoices):
     TRANSITION = "transition", "Transition"  # an accepted async start or transition
     TIMER = "timer", "Timer"  # a state's scheduled transition
     TIMEOUT = "timeout", "Workflow timeout"
+    SUBFLOW_RESUME = "subflow-resume", "Subflow resume"  # the child ended: the parent goes on
+    SUBFLOW_END = "subflow-end", "Subflow end"  # the parent ended: the child is cancelled
 
 
 class TransitionStatus(TextChoices):

@@ -18,18 +18,22 @@ from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import PipelineFault
 from instances.engine.records import InstanceSnapshot
 from instances.filters import parse_page
-from instances.job_handlers import instance_settle
+from instances.job_handlers import instance_settle, relays_run
 from instances.selectors import (
+    active_correlations,
     active_incident,
     active_incidents,
+    chain_etag,
     data_function,
     incident_body,
     incident_page,
+    instance_by_id,
     instance_history,
     instance_list,
     newest_transition_id,
     schema_function,
     state_function,
+    subflow_chain,
     view_function,
 )
 from instances.services import (
@@ -80,8 +84,8 @@ def _not_modified(request: Request, etag: str) -> bool:
 CALLER_FAULTS = frozenset({Codes.RESOURCE_LOCK_CONFLICT.code, Codes.DATA_REFUSED.code})
 
 
-def _instance_path(domain: str, workflow: str, instance: InstanceSnapshot) -> str:
-    return f"/api/v1/{domain}/workflows/{workflow}/instances/{instance.id}"
+def _instance_path(instance: InstanceSnapshot) -> str:
+    return f"/api/v1/{instance.domain}/workflows/{instance.workflow_key}/instances/{instance.id}"
 
 
 def _answer(
@@ -103,9 +107,20 @@ def _answer(
     except PipelineFault as fault:
         if fault.code in CALLER_FAULTS:
             raise  # the exception handler answers with the code's own status
-        instance = instance_snapshot(domain=domain, workflow=workflow, ref=str(fault.instance_id))
-        return _faulted(domain, workflow, instance, fault.code, fault.message, retried)
+        # The faulted instance may be the active subflow a transition was forwarded to.
+        instance = instance_by_id(fault.instance_id) or instance_snapshot(
+            domain=domain, workflow=workflow, ref=str(fault.instance_id)
+        )
+        return _faulted(instance, fault.code, fault.message, retried)
     instance = outcome.instance
+    execution = outcome.execution
+    if not accepted and execution is not None and execution.relays:
+        # Children started or a parent resumes: run those hand-offs before answering.
+        relays_run(execution.instance.id)
+        instance = instance_by_id(instance.id) or instance
+    if outcome.addressed is not None:
+        # Forwarded to the active subflow: the answer describes the instance the caller named.
+        instance = instance_by_id(outcome.addressed) or instance
     extra = _retried(instance, outcome) if retried else {}
     if accepted:
         body = {"id": str(instance.id), "status": str(instance.status), **extra}
@@ -117,7 +132,7 @@ def _answer(
         incident = active_incident(instance) if instance.status == InstanceStatus.FAULTED else None
         if incident is not None:
             code, detail = incident["errorCode"], incident["message"]
-            return _faulted(domain, workflow, instance, code, detail, retried)
+            return _faulted(instance, code, detail, retried)
     return _with_etags(Response({**envelope(instance), **extra}), instance)
 
 
@@ -131,14 +146,12 @@ def _retried(instance: InstanceSnapshot, outcome: InstanceOutcome | None = None)
 
 
 def _faulted(
-    domain: str,
-    workflow: str,
     instance: InstanceSnapshot,
     code: str,
     detail: str,
     retried: bool,
 ) -> Response:
-    path = _instance_path(domain, workflow, instance)
+    path = _instance_path(instance)
     error = {"errorCode": code, "detail": detail, "incident": {"href": f"{path}/incidents/active"}}
     extra = _retried(instance) if retried else {}
     return _with_etags(Response({**envelope(instance), **extra, "error": error}), instance)
@@ -364,11 +377,23 @@ class InstanceFunctionView(APIView):
         definition = workflow_definition(domain, snapshot.workflow_key, snapshot.workflow_version)
         transition_key = request.query_params.get("transitionKey")
         if function == "state":
-            etag = snapshot.etag
+            # A parent waiting on a SubFlow chain describes its leaf (seed 000).
+            levels = subflow_chain(snapshot)
+            etag = chain_etag(snapshot, levels)
             if _not_modified(request, etag):
                 return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
             base = request.path.rsplit("/functions/", 1)[0]
-            return _etag(Response(state_function(definition, snapshot, base)), etag)
+            if not levels:
+                return _etag(Response(state_function(definition, snapshot, base)), etag)
+            leaf = levels[-1].child
+            body = state_function(
+                workflow_definition(leaf.domain, leaf.workflow_key, leaf.workflow_version),
+                leaf,
+                base,
+                correlations=active_correlations(levels),
+                data_base=f"/api/v1/{leaf.domain}/workflows/{leaf.workflow_key}/instances/{leaf.id}",
+            )
+            return _etag(Response(body), etag)
         if function == "data":
             etag = snapshot.entity_etag
             if _not_modified(request, etag):

@@ -25,6 +25,11 @@ class TransitionKind:
     EXIT = "exit"
     UPDATE_DATA = "updateData"
     TIMEOUT = "timeout"
+    # Not in the document: the hop that resumes a parent once its SubFlow child ended.
+    SUBFLOW_RESUME = "subflowResume"
+
+
+SUBFLOW_RESUME_KEY = "$subflow-resume"
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,14 @@ class StateDef:
         """`onExits` task references."""
         return [t for t in self.raw.get("onExits") or [] if isinstance(t, dict)]
 
+    @property
+    def subflow(self) -> dict[str, Any] | None:
+        """`subFlow` of a SubFlow state (`type`, `process`, `mapping`, `overrides`), else None."""
+        value = self.raw.get("subFlow")
+        if self.state_type != StateType.SUBFLOW or not isinstance(value, dict):
+            return None
+        return value
+
 
 class WorkflowDefinition:
     """The parsed workflow. Lookups are by key; nothing here touches a database."""
@@ -172,6 +185,26 @@ class WorkflowDefinition:
     def state(self, key: str) -> StateDef:
         """The state `key`; KeyError when the definition has none."""
         return self.states[key]
+
+    def timeout_for(self, extra: dict[str, Any]) -> TransitionDef | None:
+        """The workflow timeout of an instance: a parent's `subFlow.overrides.timeout`, kept in
+        the child's `extra` when it started it, replaces the workflow's own."""
+        override = extra.get("timeoutOverride") if isinstance(extra, dict) else None
+        if isinstance(override, dict):
+            return TransitionDef(override, TransitionKind.TIMEOUT)
+        return self.timeout
+
+    def subflow_resume(self, state: str) -> TransitionDef:
+        """The hop that resumes this workflow in SubFlow state `state` once its child ended
+        (seed 000 step 79): it stays in the state and runs the steps from 79 on."""
+        version = self.states[state].raw.get("versionStrategy") if state in self.states else None
+        raw = {
+            "key": SUBFLOW_RESUME_KEY,
+            "target": SELF,
+            "triggerType": Trigger.AUTOMATIC,
+            "versionStrategy": version or "None",
+        }
+        return TransitionDef(raw, TransitionKind.SUBFLOW_RESUME, state)
 
     def specials(self) -> Iterator[TransitionDef]:
         """cancel, exit and updateData, where defined."""

@@ -71,7 +71,10 @@ class Codes:
     RESOURCE_LOCK_NOT_AVAILABLE = ErrorCode(
         "ResourceLock:NotAvailable", 422, "Resource locks are not configured"
     )
-    SUBFLOW_NOT_AVAILABLE = ErrorCode("SubFlow:NotAvailable", 422, "Subflows are not available")
+    SUBFLOW_NOT_FOUND = ErrorCode(
+        "SubFlow:NotFound", 422, "The subflow's workflow is not published"
+    )
+    SUBFLOW_MAPPING_FAILED = ErrorCode("SubFlow:MappingFailed", 422, "Subflow mapping failed")
     RESOURCE_LOCK_KEY_INVALID = ErrorCode(
         "ResourceLock:InvalidKey", 422, "The lock key script did not return a usable key"
     )

@@ -29,3 +29,12 @@ class PipelineFault(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+class ForwardToSubflow(Exception):
+    """Step 10: the instance waits for a SubFlow child and the transition is not its own: the
+    caller sends it to `child_id` instead (nothing was written)."""
+
+    def __init__(self, child_id: uuid.UUID) -> None:
+        super().__init__(f"forwarded to the active subflow {child_id}")
+        self.child_id = child_id

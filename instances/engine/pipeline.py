@@ -48,6 +48,7 @@ from instances.engine.records import (
     PendingWrites,
     TransitionRow,
     stage_fault,
+    subflow_owner,
 )
 from instances.engine.script_runner import ScriptExecutor, ScriptRunner
 from instances.engine.scripts import ScriptError
@@ -106,6 +107,8 @@ class TransitionRequest:
     resume_tasks: TaskResume | None = None
     boundary_retries: int = 0
     resume_row: uuid.UUID | None = None
+    # A parent resumed by its ended SubFlow child: the child's data (step 79).
+    subflow_result: dict[str, Any] | None = None
 
 
 @dataclass
@@ -180,6 +183,8 @@ class Hop:
     executed: list[Order] = field(default_factory=list)
     # The attempt row is in the database (steps 19/20 committed it).
     row_committed: bool = False
+    # updateData on a parent waiting for its child: data only, no automatic transition (21).
+    data_only: bool = False
 
     @property
     def transition(self) -> TransitionDef:
@@ -217,6 +222,13 @@ class Execution:
         self.hops: list[Hop] = []
         # When an error-boundary retry is due: the run stopped, Busy, and a job resumes it.
         self.awaiting_retry: datetime | None = None
+        # The SubFlow child this run started; the instance waits for it, Busy.
+        self.awaiting_child: uuid.UUID | None = None
+        # The correlation's Busy owner a `$self` transition of a waiting parent hands back.
+        self.return_owner: str | None = None
+        # A flush started children, ended them, or closed this instance's own correlation:
+        # the caller runs the hand-off jobs that follow (child starts, parent resumes).
+        self.relays = False
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -317,7 +329,14 @@ class Execution:
         """Commit the pending writes in one transaction; 409 when the guard no longer holds."""
         if self.writes.is_empty() and not self.is_new:
             return
-        committed = self.engine.store.flush(self.instance, self.writes, self.guard())
+        writes = self.writes
+        relays = bool(
+            writes.children
+            or writes.children_end is not None
+            or writes.parent_correlation_status is not None
+        )
+        committed = self.engine.store.flush(self.instance, writes, self.guard())
+        self.relays = self.relays or (relays and committed is not None)
         if committed is None:
             raise Rejected(
                 Codes.INSTANCE_BUSY,
@@ -351,6 +370,33 @@ class Execution:
         self.instance.status = InstanceStatus.BUSY
         self.holds_busy = True
 
+    def reenter_subflow_wait(self) -> None:
+        """A `$self` transition of a parent waiting for its SubFlow child: take the Busy owner
+        over from the correlation (compare-and-set) and hand it back when the run ends."""
+        waited_by = self.instance.busy_owner
+        taken = self.engine.store.hand_over(self.instance.id, waited_by, self.owner)
+        if taken is None:
+            raise Rejected(
+                Codes.INSTANCE_BUSY,
+                "the instance changed or is busy with another transition",
+                instance_id=str(self.instance.id),
+            )
+        self.return_owner = waited_by
+        self.holds_busy = True
+        self.committed = True
+
+    def wait_for_child(self) -> None:
+        """The run is over but a SubFlow child runs: commit everything and leave the instance
+        Busy, owned by the correlation (`subflow:<child id>`) until the child ends."""
+        owner = subflow_owner(self.awaiting_child) if self.awaiting_child else self.return_owner
+        self.writes.set(
+            status=InstanceStatus.BUSY, busy_owner=owner, busy_since=self.engine.clock()
+        )
+        self.flush()
+        self.instance.status = InstanceStatus.BUSY
+        self.instance.busy_owner = str(owner)
+        self.holds_busy = False
+
     def take_over_busy(self) -> None:
         """cancel/exit/timeout: exempt from 409, they become the Busy owner at once."""
         if self.holds_busy:
@@ -371,7 +417,9 @@ class Execution:
         if not self.lock_free:
             self.writes.set(status=status, busy_owner="", busy_since=None)
         self.flush()
-        self.instance.status = status
+        if not self.lock_free:
+            # updateData leaves the status as it is (its flush returned the committed one).
+            self.instance.status = status
         self.holds_busy = False
 
     # --- failure ------------------------------------------------------------------------------

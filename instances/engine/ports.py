@@ -88,6 +88,13 @@ class Store(Protocol):
         are exempt from 409. None when the instance is not live."""
         ...
 
+    def hand_over(
+        self, instance_id: uuid.UUID, from_owner: str, to_owner: str
+    ) -> InstanceSnapshot | None:
+        """Move Busy ownership from `from_owner` to `to_owner` (compare-and-set); None when the
+        instance is not Busy for `from_owner` any more."""
+        ...
+
 
 class Components(Protocol):
     """Published components, by exact reference."""
@@ -177,6 +184,7 @@ class InMemoryStore:
     incident_instances: list[uuid.UUID] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)
     data_versions: list[tuple[uuid.UUID, str, dict[str, Any]]] = field(default_factory=list)
+    correlations: dict[int, dict[str, Any]] = field(default_factory=dict)
     flushes: int = 0
     locks: InMemoryLocks | None = None
     clock: Callable[[], datetime] = utc_now
@@ -195,6 +203,16 @@ class InMemoryStore:
                 return None
             row.status, row.busy_owner, row.busy_since = InstanceStatus.BUSY, owner, self.clock()
             row.etag = new_etag()
+            return copy.deepcopy(row)
+
+    def hand_over(
+        self, instance_id: uuid.UUID, from_owner: str, to_owner: str
+    ) -> InstanceSnapshot | None:
+        with self._lock:
+            row = self.rows.get(instance_id)
+            if row is None or row.status != InstanceStatus.BUSY or row.busy_owner != from_owner:
+                return None
+            row.busy_owner, row.etag = to_owner, new_etag()
             return copy.deepcopy(row)
 
     def flush(
@@ -233,6 +251,7 @@ class InMemoryStore:
                         incident.resolved, incident.resolution = True, resolution
                         incident.resolved_by = who
             self._write_jobs(row, writes)
+            self._write_subflows(row, writes)
             if writes.release_locks and self.locks is not None:
                 self.locks.release_all(row.id)
             return copy.deepcopy(row)
@@ -264,6 +283,42 @@ class InMemoryStore:
         else:
             ok = row.status != InstanceStatus.COMPLETED
         return row if ok else None
+
+    def _write_subflows(self, row: InstanceSnapshot, writes: PendingWrites) -> None:
+        for child in writes.children:
+            correlation_id = len(self.correlations) + 1
+            self.correlations[correlation_id] = {
+                "parent": row.id,
+                "child": child.instance.id,
+                "type": child.correlation_type,
+                "state": child.parent_state,
+                "status": "active",
+            }
+            inserted = copy.deepcopy(child.instance)
+            inserted.status, inserted.busy_owner = InstanceStatus.BUSY, child.reservation
+            inserted.parent_correlation_id = correlation_id
+            self.rows[inserted.id] = inserted
+            self.jobs.append(
+                _job_dict(inserted.id, JobRow("transition", self.clock(), "", child.job_payload))
+            )
+        own = self.correlations.get(row.parent_correlation_id or 0)
+        if writes.parent_correlation_status and own and own["status"] == "active":
+            own["status"] = writes.parent_correlation_status
+            if own["type"] == "S":
+                payload = {"child": str(row.id), "origin": str(row.id)}
+                self.jobs.append(
+                    _job_dict(own["parent"], JobRow("subflow-resume", self.clock(), "", payload))
+                )
+        if writes.children_end is not None:
+            for correlation in self.correlations.values():
+                if correlation["parent"] == row.id and correlation["status"] == "active":
+                    correlation["status"] = writes.children_end.status
+                    payload = {"transitionKind": writes.children_end.transition_kind}
+                    self.jobs.append(
+                        _job_dict(
+                            correlation["child"], JobRow("subflow-end", self.clock(), "", payload)
+                        )
+                    )
 
     def _write_jobs(self, row: InstanceSnapshot, writes: PendingWrites) -> None:
         for job in self.jobs:

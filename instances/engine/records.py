@@ -75,6 +75,8 @@ class InstanceSnapshot:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     completed_at: datetime | None = None
+    # The correlation that started this instance as a subflow (S) or subprocess (P) child.
+    parent_correlation_id: int | None = None
 
     @property
     def data_version_text(self) -> str:
@@ -155,6 +157,47 @@ class JobRow:
     dedupe_key: str | None = None
 
 
+# The Busy owner of a parent while its SubFlow child runs: `subflow:<child id>`.
+SUBFLOW_OWNER_PREFIX = "subflow:"
+
+
+def subflow_owner(child_id: uuid.UUID) -> str:
+    """The Busy owner a parent holds for the lifetime of its SubFlow child."""
+    return f"{SUBFLOW_OWNER_PREFIX}{child_id}"
+
+
+def waiting_child(instance: InstanceSnapshot) -> uuid.UUID | None:
+    """The SubFlow child a Busy parent waits for (its Busy owner names it), or None."""
+    owner = instance.busy_owner
+    if instance.status != InstanceStatus.BUSY or not owner.startswith(SUBFLOW_OWNER_PREFIX):
+        return None
+    try:
+        return uuid.UUID(owner[len(SUBFLOW_OWNER_PREFIX) :])
+    except ValueError:
+        return None
+
+
+@dataclass
+class ChildStart:
+    """A child instance started with this flush: its row (Busy, reserved for its start job),
+    the correlation to the parent (`S` subflow, `P` subprocess) and the start job's payload."""
+
+    instance: InstanceSnapshot
+    correlation_type: str
+    parent_state: str
+    reservation: str
+    job_payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChildrenEnd:
+    """The instance ends: its open SubFlow correlations close `status`, and each child gets a
+    job running its own `transition_kind` transition (cancel, exit) so the end cascades."""
+
+    status: str
+    transition_kind: str
+
+
 class GuardKind(Enum):
     """What a flush's instance UPDATE checks first (compare-and-set)."""
 
@@ -192,6 +235,11 @@ class PendingWrites:
     release_locks: bool = False
     # Close the instance's open incidents: (resolution, who), e.g. ("cancelled", "ops").
     resolve_incidents: tuple[str, str] | None = None
+    # Subflows: children started, the status of this instance's own correlation to its parent
+    # (an S parent then gets a resume job), and the end of its open children.
+    children: list[ChildStart] = field(default_factory=list)
+    parent_correlation_status: str | None = None
+    children_end: ChildrenEnd | None = None
 
     def set(self, **fields: Any) -> None:
         """Stage instance column values."""
@@ -219,6 +267,9 @@ class PendingWrites:
             or self.cancel_all_timers
             or self.release_locks
             or self.resolve_incidents is not None
+            or self.children
+            or self.parent_correlation_status is not None
+            or self.children_end is not None
         )
 
 

@@ -14,17 +14,25 @@ from django.utils.dateparse import parse_datetime, parse_duration
 
 from instances.engine.definition import TransitionKind
 from instances.engine.errors import Codes, VNextError
-from instances.engine.outcomes import BUSY_EXEMPT, Rejected
+from instances.engine.outcomes import BUSY_EXEMPT, ForwardToSubflow, Rejected
 from instances.engine.ports import LockRelease
 from instances.engine.profiles import Order, Outcome
-from instances.engine.records import JobRow, TransitionRow, deep_merge
+from instances.engine.records import (
+    ChildrenEnd,
+    JobRow,
+    TransitionRow,
+    deep_merge,
+    waiting_child,
+)
 from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
+from instances.engine.subflows import child_start, forward_target, resume_patch
 from instances.engine.task_types import PURE_TASK_TYPES
 from instances.engine.tasks import TaskOutcome
 from instances.status import (
     STATE_SUBTYPE_NAMES,
     STATE_TYPE_NAMES,
+    CorrelationStatus,
     InstanceStatus,
     StateType,
     TransitionStatus,
@@ -162,6 +170,13 @@ class PreflightStep(Step):
             )
         busy_blocks = kind not in BUSY_EXEMPT and kind != TransitionKind.UPDATE_DATA
         if status == InstanceStatus.BUSY and busy_blocks and not execution.holds_busy:
+            if waiting_child(instance) is not None:
+                if forward_target(execution.definition, instance, hop.transition.key):
+                    return Outcome.proceed()  # step 10 sends it to the child
+                # A `$self` shared transition of the parent itself: it runs under the Busy
+                # the correlation holds, and hands it back at the end.
+                execution.reenter_subflow_wait()
+                return Outcome.proceed()
             raise Rejected(
                 Codes.INSTANCE_BUSY,
                 "instance is busy with another transition",
@@ -171,11 +186,17 @@ class PreflightStep(Step):
 
 
 class ForwardToActiveSubflowStep(Step):
-    """10: forward to the active subflow. No subflow is ever active yet: nothing to forward."""
+    """10: a transition sent to a parent waiting for its SubFlow child goes to the child, unless
+    it is the parent's own (updateData, cancel/exit, a `$self` shared transition)."""
 
     order = Order.FORWARD_TO_ACTIVE_SUBFLOW
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if execution.is_new or execution.holds_busy:
+            return Outcome.proceed()
+        child = forward_target(execution.definition, execution.instance, hop.transition.key)
+        if child is not None:
+            raise ForwardToSubflow(child)
         return Outcome.proceed()
 
 
@@ -216,11 +237,14 @@ class CreateTransitionStep(Step):
 
 
 class ParentUpdateDataDataOnlyStep(Step):
-    """21: data-only update of a parent with an open subflow; no subflow exists yet."""
+    """21: updateData on a parent waiting for its SubFlow child persists its data and nothing
+    else: no automatic transition may move the parent while the child runs."""
 
     order = Order.PARENT_UPDATE_DATA_DATA_ONLY
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if hop.transition.is_update_data and waiting_child(execution.instance) is not None:
+            return Outcome.with_directives(data_only=True)
         return Outcome.proceed()
 
 
@@ -401,18 +425,25 @@ class OnEntryStep(Step):
 
 
 class SubFlowStep(Step):
-    """70: a SubFlow state starts its child; refused clearly until subflows are installed."""
+    """70: entering a SubFlow state starts its child (in the transaction of the parent's final
+    flush) and the parent waits, Busy, without running automatic or scheduled transitions."""
 
     order = Order.SUB_FLOW
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if hop.transition.is_update_data:
+            return Outcome.proceed()
         state = execution.definition.state(hop.target_state)
-        if state.state_type == StateType.SUBFLOW:
-            raise VNextError(
-                Codes.SUBFLOW_NOT_AVAILABLE,
-                f"state {state.key} starts a subflow, not available in this build",
-            )
-        return Outcome.proceed()
+        if state.subflow is None:
+            return Outcome.proceed()
+        if execution.return_owner is not None:
+            # A `$self` transition re-entered the state while its child runs: one child only.
+            return Outcome.skip_to_finalize()
+        execution.ensure_busy()
+        child = child_start(execution, hop, state, _context(execution, hop))
+        execution.writes.children.append(child)
+        execution.awaiting_child = child.instance.id
+        return Outcome.skip_to_finalize()
 
 
 class LongPollTerminationStep(Step):
@@ -425,11 +456,21 @@ class LongPollTerminationStep(Step):
 
 
 class ClearBusyOnResumeStep(Step):
-    """79: clears a parent's Busy when a subflow resumes it; no resume path exists yet."""
+    """79: a parent resumed by its ended SubFlow child merges what the mapping's output handler
+    makes of the child's data; the run then goes on (Auto) and releases Busy at the end."""
 
     order = Order.CLEAR_BUSY_ON_RESUME
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
+        result = hop.request.subflow_result
+        if result is None or hop.depth != 0:
+            return Outcome.proceed()
+        state = execution.definition.state(execution.instance.current_state)
+        context = _context(execution, hop)
+        context.body = result
+        patch = resume_patch(execution, state, context)
+        if patch:
+            _merge_data(execution, patch, hop.transition.version_strategy)
         return Outcome.proceed()
 
 
@@ -440,7 +481,7 @@ class RunAutomaticTransitionsStep(Step):
     order = Order.AUTO
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        if not hop.profile.allow_auto_chain:
+        if not hop.profile.allow_auto_chain or hop.data_only:
             return Outcome.proceed()
         state = execution.definition.state(execution.instance.current_state)
         if state.is_final:
@@ -470,7 +511,8 @@ class ScheduleTransitionsStep(Step):
     order = Order.SCHEDULE
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        if hop.transition.kind == TransitionKind.START and execution.definition.timeout:
+        timeout = execution.definition.timeout_for(execution.instance.extra)
+        if hop.transition.kind == TransitionKind.START and timeout is not None:
             self._arm_workflow_timeout(execution, hop)
         if hop.next_transition is not None:
             return Outcome.proceed()
@@ -496,7 +538,7 @@ class ScheduleTransitionsStep(Step):
         return Outcome.proceed()
 
     def _arm_workflow_timeout(self, execution: Execution, hop: Hop) -> None:
-        timeout = execution.definition.timeout
+        timeout = execution.definition.timeout_for(execution.instance.extra)
         assert timeout is not None
         now = execution.engine.clock()
         static = (timeout.raw.get("timer") or {}).get("duration")
@@ -581,6 +623,18 @@ class FinishStep(Step):
         )
         execution.writes.cancel_all_timers = True
         execution.writes.release_locks = True
+        if instance.parent_correlation_id is not None:
+            # A child's end closes its correlation; an S parent gets its resume job.
+            cancelled = kind in (TransitionKind.CANCEL, TransitionKind.TIMEOUT)
+            execution.writes.parent_correlation_status = (
+                CorrelationStatus.CANCELLED if cancelled else CorrelationStatus.COMPLETED
+            )
+        if kind in BUSY_EXEMPT:
+            # Ending a parent ends its SubFlow children, each with its own cancel (or exit).
+            execution.writes.children_end = ChildrenEnd(
+                CorrelationStatus.CANCELLED,
+                TransitionKind.EXIT if kind == TransitionKind.EXIT else TransitionKind.CANCEL,
+            )
         if execution.started_faulted:
             # Cancel, exit or the timeout ended a faulted instance: nothing is left to repair.
             resolution = _RESOLUTIONS.get(kind, "completed")
@@ -631,6 +685,9 @@ class ResolveAvailableStep(Step):
         if first.resolves_incidents:
             # The retried run ended without a fault: what it repaired is closed with it.
             execution.writes.resolve_incidents = (first.resolves_incidents, first.actor)
+        if not completed and (execution.awaiting_child or execution.return_owner):
+            execution.wait_for_child()
+            return Outcome.proceed()
         execution.release(InstanceStatus.COMPLETED if completed else InstanceStatus.ACTIVE)
         return Outcome.proceed()
 

@@ -61,12 +61,8 @@ UNSUPPORTED_USES: dict[str, set[str]] = {
         "query roles",
         "long-poll interaction (interaction.longPoll)",
     },
-    # SubFlow states (stateType 4).
-    "Workflows/chain-busy/chain-busy-middle.json": {"subflow state"},
-    "Workflows/chain-busy/chain-busy-root.json": {"subflow state"},
-    "Workflows/timeout-lab/timeout-lab-parent.json": {"subflow state"},
-    # A SubFlow state, and a declared domain function (til-cached-echo).
-    "Workflows/display-labels-lab/display-labels-lab.json": {"subflow state", "custom function"},
+    # A declared domain function (til-cached-echo).
+    "Workflows/display-labels-lab/display-labels-lab.json": {"custom function"},
     # One state's queryRoles (its error boundaries are executed).
     "Workflows/error-boundary-lab/error-boundary-lab.json": {"query roles"},
     # A workflow-level event (start by event) and a triggerType 3 event transition.

@@ -416,23 +416,33 @@ USES = [
         ["/attributes/states/0/transitions/0/onExecutionTasks/0/mapping/scripts/helpers"],
     ),
     Use(
-        _row("subflow state"),
-        "a SubFlow state",
+        _row("subflow view and role override"),
+        "a SubFlow state's view and role overrides (its timeout override is executed)",
         each(
             setting(*REVIEW_PATH, "stateType", value=4),
             setting(
                 *REVIEW_PATH,
                 "subFlow",
-                value={"type": "S", "process": ref("child", "sys-flows"), "mapping": script()},
+                value={
+                    "type": "S",
+                    "process": ref("child", "sys-flows"),
+                    "mapping": script(),
+                    "viewOverrides": {"a-view": ref("review-view", "sys-views")},
+                    "overrides": {
+                        "views": {"a-view": ref("review-view", "sys-views")},
+                        "transitions": {"approve": {"roles": []}},
+                        "states": {"review": {"queryRoles": []}},
+                        "timeout": None,
+                    },
+                },
             ),
         ),
-        ["/attributes/states/1/subFlow"],
-    ),
-    Use(
-        _row("subflow state"),
-        "stateType 4 without a subFlow is reported at its type",
-        setting(*REVIEW_PATH, "stateType", value=4),
-        ["/attributes/states/1/stateType"],
+        [
+            "/attributes/states/1/subFlow/overrides/states",
+            "/attributes/states/1/subFlow/overrides/transitions",
+            "/attributes/states/1/subFlow/overrides/views",
+            "/attributes/states/1/subFlow/viewOverrides",
+        ],
     ),
     *[
         Use(

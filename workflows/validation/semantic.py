@@ -128,6 +128,18 @@ def _workflow_violations(document: dict[str, Any]) -> Iterator[Violation]:
             yield Violation(
                 json_pointer(*base, "subFlow"), "a subflow state (stateType 4) needs subFlow"
             )
+        subflow = _object(state.get("subFlow"))
+        if subflow and state.get("stateType") != SUBFLOW:
+            yield Violation(
+                json_pointer(*base, "subFlow"),
+                "only a subflow state (stateType 4) starts a subFlow; set stateType 4 or remove it",
+            )
+        if subflow.get("type") == "P":
+            yield Violation(
+                json_pointer(*base, "subFlow", "type"),
+                "a state starts subflows of type 'S'; a SubProcess ('P') is started by a task of "
+                "type 14",
+            )
 
     for s_index, shared in _dicts(attributes.get("sharedTransitions")):
         path = ("attributes", "sharedTransitions", s_index)

@@ -38,7 +38,6 @@ WORKFLOW, TASK, FUNCTION, EXTENSION = (
 SCRIPTED_KINDS = frozenset(
     {WORKFLOW, TASK, FUNCTION, EXTENSION, ComponentKind.VIEW, ComponentKind.MAPPING}
 )
-SUBFLOW_STATE = 4
 EVENT_TRIGGER = 3
 
 
@@ -267,14 +266,18 @@ def _script_helpers(document: dict[str, Any], resolver: Resolver) -> Iterator[Pa
     yield from walk(document, ())
 
 
-def _subflow_states(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """A state with a `subFlow` (reported there), or with stateType 4 and none (reported at the
-    type). `subFlow: null` on another state type is none."""
+def _subflow_overrides(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
+    """A SubFlow state's view, transition-role and state-query-role overrides
+    (`subFlow.viewOverrides`, `subFlow.overrides.views|transitions|states`); `{}` and null are
+    none. `overrides.timeout` is executed."""
     for path, state in _states(document):
-        if isinstance(state.get("subFlow"), dict):
-            yield (*path, "subFlow")
-        elif state.get("stateType") == SUBFLOW_STATE:
-            yield (*path, "stateType")
+        subflow = _object(state.get("subFlow"))
+        if _object(subflow.get("viewOverrides")):
+            yield (*path, "subFlow", "viewOverrides")
+        overrides = _object(subflow.get("overrides"))
+        for name in ("views", "transitions", "states"):
+            if _object(overrides.get(name)):
+                yield (*path, "subFlow", "overrides", name)
 
 
 def _task_type(task_type: str) -> Finder:
@@ -451,12 +454,13 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         "(seed 001 'Scripts (Helpers & Allowed Assemblies)')",
     ),
     UnsupportedFeature(
-        feature="subflow state",
+        feature="subflow view and role override",
         kinds=frozenset({WORKFLOW}),
-        where=f"{STATES}/subFlow, or {STATES}/stateType (4) without a subFlow",
-        find=_subflow_states,
-        built_by="subflows: SubFlow states, correlations, forwarding, resume "
-        "(DESIGN 4.6, pipeline steps 10, 21, 70, 79)",
+        where=f"{STATES}/subFlow/viewOverrides, {STATES}/subFlow/overrides/views|transitions|"
+        "states",
+        find=_subflow_overrides,
+        built_by="subflow overrides of the child's views and roles, with role checks "
+        "(seed 001 SubFlow state; `overrides.timeout` is executed)",
     ),
     *(_task_row(task_type, name, built_by) for task_type, (name, built_by) in _TASKS.items()),
 )
