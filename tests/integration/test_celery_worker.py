@@ -18,7 +18,7 @@ import pytest
 import redis
 from django.db import connection
 
-from instances.models import Instance, InstanceTransition, Job
+from instances.models import Correlation, Instance, InstanceTransition, Job
 from instances.queue import jobs_dispatch_due
 from instances.tasks import job_run_task
 from tests.engine.builders import script, state, transition, workflow
@@ -262,3 +262,73 @@ def test_a_worker_killed_in_on_entry_resumes_there_and_never_reruns_on_execute(
     history = InstanceTransition.objects.filter(instance_id=instance_id, transition_key="to-pong")
     assert [(h.status, h.to_state) for h in history] == [("completed", "pong")]
     assert Job.objects.get(pk=job.pk).attempts == 2
+
+
+def test_a_worker_killed_while_a_child_starts_leaves_one_child_and_one_correlation(
+    operator_client, worker
+):
+    # The parent's job starts the child in its own final transaction, then runs the child's
+    # start job inline; the worker dies inside the child's slow OnEntry. After the restart the
+    # parent's job finds its reservation handed to the correlation (skipped, nothing twice) and
+    # the child's job is re-run after its lease: one child, one correlation, both completed.
+    with http_server() as base_url:
+        child = workflow(
+            [
+                state(
+                    "c-initial",
+                    1,
+                    [transition("c-finish", "c-done", 1, triggerKind=10)],
+                    onEntries=[http_ref("slow-entry")],
+                ),
+                state("c-done", 3, subType=1),
+            ],
+            key="kid",
+        )
+        child["attributes"]["type"] = "S"
+        subflow = {
+            "type": "S",
+            "process": {"key": "kid", "domain": "core", "version": "1.0.0", "flow": "sys-flows"},
+            "mapping": script(
+                "def input_handler(context):\n    return ScriptResponse(data={'from': 'parent'})\n"
+                "\n\ndef output_handler(context):\n    return {'child': context.body}\n"
+            ),
+        }
+        parent = workflow(
+            [
+                state("p-initial", 1, [transition("p-go", "p-sub", 1, triggerKind=10)]),
+                state(
+                    "p-sub",
+                    4,
+                    [transition("p-finish", "p-done", 1, triggerKind=10)],
+                    subFlow=subflow,
+                ),
+                state("p-done", 3, subType=1),
+            ],
+            key="mom",
+        )
+        publish(http_task("slow-entry", f"{base_url}/slow?ms=2500"), child, parent)
+        accepted = operator_client.post(f"{BASE.format('mom')}/start", {}, format="json")
+        assert accepted.status_code == 202
+        parent_id = accepted.json()["id"]
+        kid = wait_for(
+            lambda: Instance.objects.filter(workflow_key="kid").first(), what="the child row"
+        )
+        start_job = Job.objects.get(instance_id=kid.pk, kind="transition")
+        wait_for(lambda: Job.objects.get(pk=start_job.pk).status == "running", what="its claim")
+        time.sleep(0.5)  # inside the child's slow OnEntry
+        worker.kill()
+        assert instance(parent_id).status == "B"
+
+        worker.start()
+        time.sleep(LEASE_SECONDS + 0.5)
+        assert jobs_dispatch_due() >= 1
+        wait_for(lambda: instance(parent_id).status == "C", 40, "the parent to complete")
+
+    assert Instance.objects.filter(workflow_key="kid").count() == 1
+    (correlation,) = Correlation.objects.filter(parent_id=parent_id)
+    assert (correlation.child_id, correlation.status) == (kid.pk, "completed")
+    row = instance(parent_id)
+    assert (row.current_state, row.busy_owner) == ("p-done", "")
+    assert row.data["child"] == {"from": "parent"}
+    assert instance(str(kid.pk)).current_state == "c-done"
+    assert Job.objects.get(pk=start_job.pk).attempts == 2
