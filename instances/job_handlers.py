@@ -26,6 +26,7 @@ from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import ForwardToSubflow, PipelineFault, Rejected
 from instances.engine.pipeline import TransitionRequest
+from instances.engine.ports import InstanceAnswer, SubprocessParent
 from instances.engine.profiles import Order
 from instances.engine.records import IncidentRow, InstanceSnapshot, subflow_owner
 from instances.models import InstanceTransition, Job
@@ -39,7 +40,17 @@ from instances.queue import (
     jobs_fail_expired_leases,
     max_attempts,
 )
-from instances.services import boundary_retry_request, retry_request
+from instances.services import (
+    InstanceOutcome,
+    RequestInfo,
+    boundary_retry_request,
+    instance_start,
+    instance_start_accept,
+    instance_subprocess_start,
+    instance_transition,
+    instance_transition_accept,
+    retry_request,
+)
 from instances.status import InstanceStatus, JobKind, JobStatus, TransitionStatus, Trigger
 from instances.wiring import engine
 from vnext.conf import vnext_setting
@@ -561,3 +572,134 @@ def _replay_without_effect(job: Job) -> str:
                 f"{instance.status}); send the transition again"
             )
     return ""
+
+
+# --- the trigger task types' writer ----------------------------------------------------------
+
+
+class ServiceInstanceWriter:
+    """`InstanceWriter` on the instance services, in-process: what the trigger task types
+    (11 start, 12 direct trigger, 14 subprocess) answer is what the public API would."""
+
+    def start(
+        self,
+        *,
+        domain: str,
+        flow: str,
+        version: str | None,
+        key: str | None,
+        tags: list[str],
+        body: dict[str, Any],
+        sync: bool,
+        parent: SubprocessParent | None = None,
+    ) -> InstanceAnswer:
+        """Start an instance (a SubProcess child when `parent` is given); 409 when a live
+        instance already has `key`."""
+        request: dict[str, Any] = {"attributes": body, "tags": tags}
+        if key:
+            request["key"] = key
+        info = RequestInfo(actor="task", headers={})
+
+        def run() -> InstanceOutcome:
+            if parent is not None:
+                return instance_subprocess_start(
+                    domain=domain,
+                    workflow=flow,
+                    body=request,
+                    info=info,
+                    version=version,
+                    parent_id=parent.instance_id,
+                    parent_state=parent.state,
+                )
+            start = instance_start if sync else instance_start_accept
+            return start(domain=domain, workflow=flow, body=request, info=info, version=version)
+
+        answer = _answer_of(run)
+        if isinstance(answer, InstanceAnswer):
+            return answer
+        if not answer.created:
+            return InstanceAnswer(
+                409,
+                {
+                    "errorCode": Codes.INSTANCE_KEY_EXISTS.code,
+                    "detail": f"instance {answer.instance.id} of {flow} already has key {key!r}",
+                    "id": str(answer.instance.id),
+                },
+            )
+        if parent is not None and sync:
+            # The subprocess' start job runs here, to its first rest point.
+            for job_id in Job.objects.filter(
+                instance_id=answer.instance.id, status=JobStatus.PENDING
+            ).values_list("pk", flat=True):
+                job_run(job_id)
+            return _instance_answer(_store.load(answer.instance.id) or answer.instance, 200)
+        return _settled(answer, sync)
+
+    def trigger(
+        self,
+        *,
+        domain: str,
+        flow: str,
+        ref: str,
+        transition: str,
+        body: dict[str, Any],
+        sync: bool,
+    ) -> InstanceAnswer:
+        """Run `transition` on instance `ref` of `flow`, as `PATCH .../transitions/...`."""
+        run = instance_transition if sync else instance_transition_accept
+        info = RequestInfo(actor="task", headers={})
+        answer = _answer_of(
+            lambda: run(
+                domain=domain,
+                workflow=flow,
+                ref=ref,
+                transition_key=transition,
+                body={"attributes": body},
+                info=info,
+            )
+        )
+        if isinstance(answer, InstanceAnswer):
+            return answer
+        return _settled(answer, sync)
+
+
+def _answer_of(run: Callable[[], InstanceOutcome]) -> InstanceOutcome | InstanceAnswer:
+    try:
+        return run()
+    except PipelineFault as fault:
+        faulted = _store.load(fault.instance_id)
+        body = {"id": str(fault.instance_id), "status": InstanceStatus.FAULTED}
+        if faulted is not None:
+            body = _instance_answer(faulted, 200).body
+        return InstanceAnswer(200, {**body, "error": {"errorCode": fault.code}})
+    except VNextError as error:
+        return InstanceAnswer(
+            error.error.http_status, {"errorCode": error.code, "detail": error.detail}
+        )
+
+
+def _settled(outcome: InstanceOutcome, sync: bool) -> InstanceAnswer:
+    if not sync:
+        return InstanceAnswer(
+            202, {"id": str(outcome.instance.id), "status": outcome.instance.status}
+        )
+    instance = outcome.instance
+    if outcome.execution is not None and outcome.execution.relays:
+        relays_run(outcome.execution.instance.id)
+        instance = _store.load(instance.id) or instance
+    if outcome.addressed is not None:
+        instance = _store.load(outcome.addressed) or instance
+    return _instance_answer(instance, 200)
+
+
+def _instance_answer(instance: InstanceSnapshot, status: int) -> InstanceAnswer:
+    return InstanceAnswer(
+        status,
+        {
+            "id": str(instance.id),
+            "key": instance.key,
+            "status": str(instance.status),
+            "state": instance.current_state,
+            "attributes": instance.data,
+        },
+    )

@@ -24,7 +24,7 @@ from instances.engine.ports import BusinessKeyTaken
 from instances.engine.profiles import Order
 from instances.engine.records import Guard, GuardKind, InstanceSnapshot, PendingWrites, new_etag
 from instances.engine.subflows import forward_target
-from instances.models import Incident, Instance, OperatorAction
+from instances.models import Correlation, Incident, Instance, OperatorAction
 from instances.orm_store import (
     FaultToRetry,
     OrmStore,
@@ -371,6 +371,33 @@ def instance_start_accept(
             raise
         return InstanceOutcome(existing, created=False)
     return InstanceOutcome(created, created=True)
+
+
+def instance_subprocess_start(
+    *,
+    domain: str,
+    workflow: str,
+    body: Any,
+    info: RequestInfo,
+    version: str | None,
+    parent_id: uuid.UUID,
+    parent_state: str,
+) -> InstanceOutcome:
+    """Start a SubProcess (type P) child of `parent_id`, fire-and-forget: the child row, its
+    start job and the `P` correlation in one transaction; the parent does not wait for it."""
+    with transaction.atomic():
+        outcome = instance_start_accept(
+            domain=domain, workflow=workflow, body=body, info=info, version=version
+        )
+        if outcome.created:
+            correlation = Correlation.objects.create(
+                parent_id=parent_id,
+                parent_state=parent_state,
+                child_id=outcome.instance.id,
+                type=Correlation.Type.SUBPROCESS,
+            )
+            Instance.objects.filter(pk=outcome.instance.id).update(parent_correlation=correlation)
+    return outcome
 
 
 def instance_transition_accept(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from functools import cache
 
+from django.utils.module_loading import import_string
+
 from instances.engine.pipeline import Engine, EngineConfig
 from instances.orm_store import OrmInstanceReader, OrmStore, RegistryComponents
 from locks.store import OrmLocks
@@ -19,10 +21,14 @@ def engine() -> Engine:
         script_timeout_seconds=float(vnext_setting("SCRIPT_TIMEOUT_SECONDS")),
         script_configuration=dict(vnext_setting("SCRIPT_CONFIGURATION") or {}),
     )
+    # The writer of the trigger task types calls the instance services, a layer above this
+    # one: it is named by a setting and imported here at first use.
+    writer_path = vnext_setting("INSTANCE_WRITER")
     return Engine(
         OrmStore(),
         RegistryComponents(),
         reader=OrmInstanceReader(),
+        writer=import_string(writer_path)() if writer_path else None,
         locks=OrmLocks(),
         config=config,
     )

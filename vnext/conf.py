@@ -25,6 +25,9 @@ DEFAULTS: dict[str, Any] = {
     # How long a sync request waits for its instance's due error-boundary retries (it runs
     # them itself when no worker has) before it answers with the instance still Busy.
     "SYNC_RETRY_WAIT_SECONDS": 10.0,
+    # What the trigger task types (11 start, 12 direct trigger, 14 subprocess) start instances
+    # and run transitions with: the instance services, in-process.
+    "INSTANCE_WRITER": "instances.job_handlers.ServiceInstanceWriter",
     # How long an API token's user is remembered (see vnext/authentication.py); 0 = never.
     "TOKEN_CACHE_SECONDS": 60.0,
     # HTTP worker processes of `make run`; None = one per CPU on PostgreSQL, one on SQLite.

@@ -39,6 +39,9 @@ class Codes:
     INSTANCE_FAULTED = ErrorCode("Instance:100028", 409, "Instance is faulted; retry or cancel it")
     INSTANCE_PASSIVE = ErrorCode("Instance:100029", 409, "Instance is suspended")
     INSTANCE_BUSY = ErrorCode("Instance:100031", 409, "Instance is busy")
+    INSTANCE_KEY_EXISTS = ErrorCode(
+        "Instance:KeyExists", 409, "A live instance of the workflow already has this key"
+    )
     NO_ACTIVE_INCIDENT = ErrorCode("Instance:100037", 404, "No open incident")
     TRANSITION_NOT_FOUND = ErrorCode("Transition:100004", 404, "Transition not found")
     TRANSITION_FORBIDDEN = ErrorCode("Transition:100010", 403, "Transition not allowed")
@@ -57,6 +60,9 @@ class Codes:
         "Task:Instance:404", 502, "Instance the task reads is missing"
     )
     TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 502, "Task type is not supported here")
+    TASK_TRIGGER_CONFIG = ErrorCode(
+        "Task:Trigger:Config", 502, "Trigger task configuration is incomplete"
+    )
     DATA_REFUSED = ErrorCode("Instance:DataRefused", 400, "The data cannot be stored")
     STRANDED_BUSY = ErrorCode(
         "Instance:StrandedBusy", 500, "Busy with no live owner; faulted by the reaper"
@@ -97,6 +103,11 @@ class Codes:
             (e for e in all_codes() if e.code == code and e.code.startswith("Script:")),
             Codes.SCRIPT_FAILED,
         )
+
+    @staticmethod
+    def task_trigger(status: int) -> ErrorCode:
+        """The code of a start-flow, direct-trigger or subprocess task answered `status`."""
+        return ErrorCode(f"Task:Trigger:{status}", 502, f"Trigger task answered {status}")
 
     @staticmethod
     def task_http(status: int) -> ErrorCode:

@@ -33,6 +33,7 @@ from instances.engine.outcomes import PipelineFault, Rejected
 from instances.engine.ports import (
     Components,
     InstanceReader,
+    InstanceWriter,
     Locks,
     Store,
     StoreRefused,
@@ -132,6 +133,7 @@ class Engine:
         components: Components,
         *,
         reader: InstanceReader | None = None,
+        writer: InstanceWriter | None = None,
         locks: Locks | None = None,
         config: EngineConfig | None = None,
         clock: Callable[[], datetime] = utc_now,
@@ -144,7 +146,9 @@ class Engine:
         self.scripts = ScriptRunner(
             components, self.config.script_timeout_seconds, self.config.script_executor
         )
-        self.tasks = TaskRunner(components, self.scripts, reader, self.config.script_configuration)
+        self.tasks = TaskRunner(
+            components, self.scripts, reader, self.config.script_configuration, writer
+        )
         self.steps = STEPS
 
     def execute(

@@ -126,6 +126,56 @@ class InstanceReader(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class InstanceAnswer:
+    """What starting an instance or running a transition answered, as the public API would:
+    the HTTP status and the body (the instance envelope, `{id, status}`, or the error body)."""
+
+    status_code: int
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SubprocessParent:
+    """The instance starting a SubProcess (type P) child, and the state it is in."""
+
+    instance_id: uuid.UUID
+    state: str
+
+
+class InstanceWriter(Protocol):
+    """Starts instances and runs transitions for the trigger task types (11, 12, 14)."""
+
+    def start(
+        self,
+        *,
+        domain: str,
+        flow: str,
+        version: str | None,
+        key: str | None,
+        tags: list[str],
+        body: dict[str, Any],
+        sync: bool,
+        parent: SubprocessParent | None = None,
+    ) -> InstanceAnswer:
+        """Start an instance of `flow` (a SubProcess child of `parent`); 409 when a live
+        instance already has `key`."""
+        ...
+
+    def trigger(
+        self,
+        *,
+        domain: str,
+        flow: str,
+        ref: str,
+        transition: str,
+        body: dict[str, Any],
+        sync: bool,
+    ) -> InstanceAnswer:
+        """Run `transition` on the instance `ref` (id or key) of `flow`."""
+        ...
+
+
 def utc_now() -> datetime:
     """The engine's clock."""
     return datetime.now(UTC)

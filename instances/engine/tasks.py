@@ -14,7 +14,7 @@ from typing import Any
 
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode
-from instances.engine.ports import Components, InstanceReader
+from instances.engine.ports import Components, InstanceReader, InstanceWriter, SubprocessParent
 from instances.engine.records import InstanceSnapshot, TaskRow
 from instances.engine.script_pool import FollowUp, ScriptReply
 from instances.engine.script_runner import (
@@ -57,6 +57,10 @@ _TASK_ATTRIBUTES = {
     "pageSize": "page_size",
     "filter": "filter",
     "sort": "sort",
+    "transitionName": "transition_name",
+    "version": "version",
+    "tags": "tags",
+    "sync": "sync",
 }
 
 
@@ -80,6 +84,7 @@ class TaskRunner:
     reader: InstanceReader | None = None
     # `context.configuration` of every mapping: values the operator chose to show scripts.
     configuration: dict[str, Any] = field(default_factory=dict)
+    writer: InstanceWriter | None = None
 
     def run(
         self,
@@ -229,7 +234,12 @@ class TaskRunner:
                 if isinstance(returned, ScriptResponse) and returned.headers:
                     task.headers = {**(task.get("headers") or {}), **returned.headers}
             call = TaskCall(
-                task=task, input_data=input_data, domain=instance.domain, reader=self.reader
+                task=task,
+                input_data=input_data,
+                domain=instance.domain,
+                reader=self.reader,
+                writer=self.writer,
+                parent=SubprocessParent(instance.id, instance.current_state),
             )
             try:
                 response = executor(call)

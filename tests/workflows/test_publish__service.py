@@ -102,7 +102,8 @@ def test_missing_component_is_a_404_error():
 
 
 def test_examples_publish(db):
-    paths = sorted(EXAMPLES_DIR.rglob("*.json"), key=lambda p: "Workflows" in str(p))
+    # Tasks and schemas first, then workflows by path (a subflow's child sorts before it).
+    paths = sorted(EXAMPLES_DIR.rglob("*.json"), key=lambda p: ("Workflows" in str(p), str(p)))
     for path in paths:
         assert component_publish(document=load_file(path).document).status == "published"
     workflows = [p for p in paths if "/Workflows/" in str(p)]

@@ -454,9 +454,6 @@ USES = [
         for task_type, name in [
             ("21", "fan-out task"),
             ("10", "notification task"),
-            ("11", "start-flow task"),
-            ("12", "direct-trigger task"),
-            ("14", "subprocess task"),
         ]
     ],
 ]

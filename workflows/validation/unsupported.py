@@ -319,9 +319,6 @@ def _task_row(task_type: str, name: str, built_by: str) -> UnsupportedFeature:
 _TASKS: dict[str, tuple[str, str]] = {
     "21": ("fan-out task", "fan-out tasks (seed 002, DESIGN 4.4)"),
     "10": ("notification task", "notification tasks (DESIGN 4.4)"),
-    "11": ("start-flow task", "start-flow tasks (DESIGN 4.4)"),
-    "12": ("direct-trigger task", "direct-trigger tasks (DESIGN 4.4)"),
-    "14": ("subprocess task", "subprocess tasks, with subflows (DESIGN 4.4, 4.6)"),
 }
 
 STATES = "/attributes/states/{i}"

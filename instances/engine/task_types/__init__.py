@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
+from instances.engine.task_types.flows import (
+    execute_direct_trigger,
+    execute_start_flow,
+    execute_subprocess,
+)
 from instances.engine.task_types.http import execute_http
 from instances.engine.task_types.instance_data import (
     execute_get_instance,
@@ -19,7 +24,10 @@ EXECUTORS: dict[str, Executor] = {
     "6": execute_http,
     "7": execute_script,
     "8": execute_condition,
+    "11": execute_start_flow,
+    "12": execute_direct_trigger,
     "13": execute_get_instance_data,
+    "14": execute_subprocess,
     "15": execute_get_instances,
     "19": execute_get_instance,
 }

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from instances.engine.errors import ErrorCode
-from instances.engine.ports import InstanceReader
+from instances.engine.ports import InstanceReader, InstanceWriter, SubprocessParent
 from instances.engine.script_wire import ScriptObject
 
 
@@ -78,6 +78,9 @@ class TaskCall:
     input_data: Any
     domain: str
     reader: InstanceReader | None
+    writer: InstanceWriter | None = None
+    # The running instance and its state (a SubProcess task's parent).
+    parent: SubprocessParent | None = None
 
 
 def accepted(status: int, patterns: list[str]) -> bool:

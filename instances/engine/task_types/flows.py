@@ -1,0 +1,87 @@
+"""Task types 11 (Start flow), 12 (Direct trigger) and 14 (SubProcess): start an instance or
+run a transition through the engine's `InstanceWriter` port, and answer like the public API.
+
+A status outside 2xx fails the task with `Task:Trigger:<status>` (a duplicate start by key is
+409) unless `acceptedStatusCodes` accepts it; the output handler sees the answer either way.
+A SubProcess child is started fire-and-forget with a `P` correlation to the running instance:
+the parent does not wait for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instances.engine.errors import Codes
+from instances.engine.ports import InstanceAnswer, SubprocessParent
+from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure, accepted
+
+
+def execute_start_flow(call: TaskCall) -> StandardResponse:
+    """Type 11: start an instance of `domain`/`flow` with `body` (or the input handler's data)."""
+    return _start(call, parent=None)
+
+
+def execute_subprocess(call: TaskCall) -> StandardResponse:
+    """Type 14: start a SubProcess child of the running instance, fire-and-forget."""
+    return _start(call, parent=call.parent)
+
+
+def execute_direct_trigger(call: TaskCall) -> StandardResponse:
+    """Type 12: run `transitionName` on the instance `instanceId` (or `key`) of `flow`."""
+    task = call.task
+    writer = _writer(call)
+    ref = str(task.get("instance_id") or task.get("key") or "")
+    if not ref:
+        raise TaskFailure(Codes.TASK_TRIGGER_CONFIG, "a direct trigger needs instanceId or key")
+    transition = str(task.get("transition_name") or "")
+    if not transition:
+        raise TaskFailure(Codes.TASK_TRIGGER_CONFIG, "a direct trigger needs transitionName")
+    answer = writer.trigger(
+        domain=str(task.get("domain") or call.domain),
+        flow=str(task.get("flow") or ""),
+        ref=ref,
+        transition=transition,
+        body=_body(call),
+        sync=bool(task.get("sync")),
+    )
+    return _answered(call, answer, f"transition {transition} of {ref}")
+
+
+def _start(call: TaskCall, *, parent: SubprocessParent | None) -> StandardResponse:
+    task = call.task
+    writer = _writer(call)
+    flow = str(task.get("flow") or "")
+    answer = writer.start(
+        domain=str(task.get("domain") or call.domain),
+        flow=flow,
+        version=str(task.get("version")) if task.get("version") else None,
+        key=str(task.get("key")) if task.get("key") else None,
+        tags=[str(tag) for tag in task.get("tags") or []],
+        body=_body(call),
+        sync=bool(task.get("sync")),
+        parent=parent,
+    )
+    return _answered(call, answer, f"start of {flow}")
+
+
+def _writer(call: TaskCall) -> Any:
+    if call.writer is None:
+        raise TaskFailure(Codes.TASK_UNSUPPORTED, "no instance writer is configured")
+    return call.writer
+
+
+def _body(call: TaskCall) -> dict[str, Any]:
+    # The input handler's data wins over the configured body (as for HTTP tasks).
+    data = call.input_data if call.input_data is not None else call.task.get("body")
+    return dict(data) if isinstance(data, dict) else {}
+
+
+def _answered(call: TaskCall, answer: InstanceAnswer, what: str) -> StandardResponse:
+    status = answer.status_code
+    result = StandardResponse(status_code=status, data=answer.body, is_success=status < 300)
+    if not result.is_success and not accepted(status, call.task.get("accepted") or []):
+        code = answer.body.get("errorCode") if isinstance(answer.body, dict) else None
+        result.error_message = f"{what} answered {status}" + (f" ({code})" if code else "")
+        raise TaskFailure(Codes.task_trigger(status), result.error_message, result)
+    result.is_success = True
+    return result
