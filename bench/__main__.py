@@ -1,9 +1,9 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions`, `jobs`, `locks` and `serving` suites need PostgreSQL: before Django is set up,
-`DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`, created when missing;
-`BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the test database. The other
-suites use no database.
+The `transitions`, `jobs`, `locks`, `subflows` and `serving` suites need PostgreSQL: before
+Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`,
+created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the
+test database. The other suites use no database.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 
 import django
 
-SUITES = ("scripts", "validation", "transitions", "jobs", "locks", "serving")
-DATABASE_SUITES = {"transitions", "jobs", "locks", "serving"}
+SUITES = ("scripts", "validation", "transitions", "jobs", "locks", "subflows", "serving")
+DATABASE_SUITES = {"transitions", "jobs", "locks", "subflows", "serving"}
 
 
 def main(argv: list[str]) -> None:
@@ -35,6 +35,7 @@ def main(argv: list[str]) -> None:
         bench_locks,
         bench_scripts,
         bench_serving,
+        bench_subflows,
         bench_transitions,
         bench_validation,
     )
@@ -45,6 +46,7 @@ def main(argv: list[str]) -> None:
         "transitions": bench_transitions.main,
         "jobs": bench_jobs.main,
         "locks": bench_locks.main,
+        "subflows": bench_subflows.main,
         "serving": bench_serving.main,
     }
     from bench.summary import print_summary

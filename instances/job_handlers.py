@@ -28,8 +28,13 @@ from instances.engine.outcomes import ForwardToSubflow, PipelineFault, Rejected
 from instances.engine.pipeline import TransitionRequest
 from instances.engine.ports import InstanceAnswer, SubprocessParent
 from instances.engine.profiles import Order
-from instances.engine.records import IncidentRow, InstanceSnapshot, subflow_owner
-from instances.models import InstanceTransition, Job
+from instances.engine.records import (
+    SUBFLOW_OWNER_PREFIX,
+    IncidentRow,
+    InstanceSnapshot,
+    subflow_owner,
+)
+from instances.models import Correlation, InstanceTransition, Job
 from instances.orm_store import FaultToRetry, OrmStore
 from instances.queue import (
     backoff,
@@ -51,7 +56,14 @@ from instances.services import (
     instance_transition_accept,
     retry_request,
 )
-from instances.status import InstanceStatus, JobKind, JobStatus, TransitionStatus, Trigger
+from instances.status import (
+    CorrelationStatus,
+    InstanceStatus,
+    JobKind,
+    JobStatus,
+    TransitionStatus,
+    Trigger,
+)
 from instances.wiring import engine
 from vnext.conf import vnext_setting
 
@@ -164,7 +176,7 @@ def instances_reap_stranded_busy() -> int:
         live_job = Job.objects.filter(
             instance_id=instance_id, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
         ).filter(Q(payload__reservation=owner) | Q(lease_owner=owner))
-        if live_job.exists():
+        if live_job.exists() or _waits_for_live_child(instance_id, owner):
             continue
         message = (
             f"Busy since before {cutoff:%Y-%m-%d %H:%M:%S} UTC with no live owner "
@@ -182,6 +194,28 @@ def instances_reap_stranded_busy() -> int:
         reaped += 1
         logger.warning("reaped stranded Busy instance %s (owner %s)", instance_id, owner)
     return reaped
+
+
+def _waits_for_live_child(instance_id: uuid.UUID, owner: str) -> bool:
+    # A parent waits Busy for its SubFlow child's whole life, however long: it is stranded only
+    # when its correlation closed and no resume job is left to take it over.
+    if not owner.startswith(SUBFLOW_OWNER_PREFIX):
+        return False
+    child = owner.removeprefix(SUBFLOW_OWNER_PREFIX)
+    try:
+        child_id = uuid.UUID(child)
+    except ValueError:
+        return False
+    open_correlation = Correlation.objects.filter(
+        parent_id=instance_id, child_id=child_id, status=CorrelationStatus.ACTIVE
+    )
+    resume = Job.objects.filter(
+        instance_id=instance_id,
+        kind=JobKind.SUBFLOW_RESUME,
+        status__in=[JobStatus.PENDING, JobStatus.RUNNING],
+        payload__child=child,
+    )
+    return open_correlation.exists() or resume.exists()
 
 
 # --- handlers ------------------------------------------------------------------------------------

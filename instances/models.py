@@ -72,6 +72,9 @@ class Instance(models.Model):
             models.Index(fields=["domain", "workflow_key", "-created_at"], name="instance_list"),
             models.Index(fields=["status", "busy_since"], name="instance_busy"),
         ]
+        permissions = [
+            ("relay_subflow", "Relay a transition to a reserved subflow (service credential)"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.workflow_key} {self.id} [{self.status}] {self.current_state}"

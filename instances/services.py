@@ -373,6 +373,46 @@ def instance_start_accept(
     return InstanceOutcome(created, created=True)
 
 
+def instance_relay(
+    *,
+    domain: str,
+    ref: str,
+    transition_key: str,
+    reservation: str,
+    body: Any,
+    info: RequestInfo,
+) -> InstanceOutcome:
+    """The internal subflow relay (API.md 5): run `transition_key` on the instance an async
+    accept reserved with the chain-reserve claim `reservation`, taking exactly that claim over.
+    A claim the instance does not hold (forged, spent, or Busy for its own reasons) is 409."""
+    try:
+        instance_id = uuid.UUID(ref)
+    except ValueError:
+        raise VNextError(Codes.INSTANCE_NOT_FOUND, f"no instance {ref!r}") from None
+    instance = _store.load(instance_id)
+    if instance is None or instance.domain != domain:
+        raise VNextError(Codes.INSTANCE_NOT_FOUND, f"domain {domain} has no instance {ref!r}")
+    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
+    transition = _client_transition(definition, instance, transition_key)
+    payload = _checked_payload(definition, transition, body, info)
+    owner = f"relay:{uuid.uuid4().hex}"
+    # Only an accept's claim: never a correlation's or a job's ownership.
+    taken = (
+        _store.hand_over(instance.id, reservation, owner)
+        if reservation.startswith("res:")
+        else None
+    )
+    if taken is None:
+        raise VNextError(
+            Codes.INSTANCE_BUSY,
+            "the instance is not reserved for this claim",
+            instance_id=str(instance.id),
+        )
+    request = _request(transition, payload, body, info)
+    execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
+    return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
 def instance_subprocess_start(
     *,
     domain: str,

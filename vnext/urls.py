@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from instances.api.views import SubflowForwardView
 from vnext.exception_handler import ApiNotFoundView
 from vnext.health import health
 
@@ -23,4 +24,9 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("health", health, name="health"),
+    path(
+        "internal/<str:domain>/instances/<str:instance>/subflow-forward",
+        SubflowForwardView.as_view(),
+        name="internal-subflow-forward",
+    ),
 ]

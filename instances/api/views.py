@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from instances.api.presenters import envelope, history_row, instance_detail, list_item
-from instances.engine.errors import Codes, VNextError
+from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.outcomes import PipelineFault
 from instances.engine.records import InstanceSnapshot
 from instances.filters import parse_page
@@ -39,6 +39,7 @@ from instances.selectors import (
 from instances.services import (
     InstanceOutcome,
     RequestInfo,
+    instance_relay,
     instance_retry,
     instance_snapshot,
     instance_start,
@@ -409,3 +410,40 @@ class InstanceFunctionView(APIView):
 def _etag(response: Response, etag: str) -> Response:
     response["ETag"] = f'"{etag}"'
     return response
+
+
+class SubflowForwardView(APIView):
+    """Internal relay of a chain-reserved transition (API.md 5): service credential only."""
+
+    # Internal (service credential only): not part of the public API document.
+    @extend_schema(exclude=True)
+    def post(self, request: Request, domain: str, instance: str) -> Response:
+        """Body `{transitionKey, reservation, attributes?}`: run the transition under the
+        chain-reserve claim `reservation`. 403 without the `instances.relay_subflow`
+        permission; 409 `Instance:100031` when the instance does not hold that claim."""
+        if not request.user.has_perm("instances.relay_subflow"):
+            raise VNextError(
+                Codes.AUTHORIZATION_DENIED, "the subflow relay needs a service credential"
+            )
+        data = request.data if isinstance(request.data, dict) else {}
+        key, reservation = data.get("transitionKey"), data.get("reservation")
+        missing = [
+            Violation(f"/{name}", "a non-empty string is required")
+            for name, value in (("transitionKey", key), ("reservation", reservation))
+            if not isinstance(value, str) or not value
+        ]
+        if missing:
+            raise VNextError(Codes.APP_INVALID_REQUEST, "invalid relay request", missing)
+        return _answer(
+            domain,
+            "",
+            lambda: instance_relay(
+                domain=domain,
+                ref=instance,
+                transition_key=str(key),
+                reservation=str(reservation),
+                body={"attributes": data.get("attributes") or {}},
+                info=_info(request),
+            ),
+            accepted=False,
+        )

@@ -5,10 +5,13 @@ forwarding to the leaf, cancel from the top and from the bottom, and resume to t
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from instances.job_handlers import instances_reap_stranded_busy
 from instances.models import Correlation, Instance, Job
 from tests.instances.scenario_api import WorkflowApi, import_examples, scheduled
 
@@ -227,3 +230,18 @@ def test_the_state_function_etag_follows_the_leaf(root):
     WorkflowApi(root.client, "chain-busy-leaf").fired(str(leaf.pk), "update-leaf-data", {})
     again = root.function(root_id, "state", headers={"If-None-Match": etag})
     assert again.status_code == 200
+
+
+def test_the_reaper_leaves_parents_waiting_for_live_children(root, settings):
+    root_id = root.started()
+    top, middle, leaf = chain(root_id)
+    settings.VNEXT = {**settings.VNEXT, "BUSY_LEASE_SECONDS": 0.0}
+    Instance.objects.filter(pk__in=[top.pk, middle.pk]).update(
+        busy_since=timezone.now() - timedelta(days=1)
+    )
+    assert instances_reap_stranded_busy() == 0
+    assert where(*fresh(top, middle)) == [("root-waiting", "B"), ("middle-waiting", "B")]
+    # Once the correlation is gone with no resume left, the parent is stranded: reaped.
+    Correlation.objects.filter(child=leaf).update(status="completed")
+    assert instances_reap_stranded_busy() == 1
+    assert where(*fresh(middle)) == [("middle-waiting", "F")]
