@@ -11,6 +11,7 @@ from typing import Any
 from bench.bench_transitions import INFO, prepare_database
 from bench.summary import record
 from bench.timing import percentile
+from instances.job_handlers import relays_run
 from instances.services import instance_start, instance_transition
 from workflows.services import component_publish
 
@@ -82,8 +83,9 @@ def _chain(depth: int) -> list[dict[str, Any]]:
             "version": "1.0.0",
             "flow": "sys-flows",
         }
-        # A mapping without code: the child starts empty and the parent merges nothing.
-        mapping = {"location": "./src/None.py", "code": "", "encoding": "NAT"}
+        # No input handler: the child starts empty (no script call on the measured path).
+        code = "def output_handler(context):\n    return {}\n"
+        mapping = {"location": "./src/Merge.py", "code": code, "encoding": "NAT"}
         documents.append(
             _workflow(
                 f"chain{depth}-l{level}",
@@ -111,6 +113,8 @@ def main() -> None:
         roots[depth] = []
         for _ in range(INSTANCES):
             outcome = instance_start(domain=DOMAIN, workflow=f"chain{depth}-l0", body={}, info=INFO)
+            # As the API does: run the child starts now, so the chain is built to its leaf.
+            relays_run(outcome.instance.id)
             roots[depth].append(str(outcome.instance.id))
             leaves_state[str(outcome.instance.id)] = "ping"
     samples: dict[int, list[float]] = {depth: [] for depth in DEPTHS}

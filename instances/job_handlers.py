@@ -360,6 +360,7 @@ def _run_retry(job: Job, loaded: _Loaded) -> None:
         actor=payload.get("actor") or "",
         headers=payload.get("headers") or {},
         query=payload.get("query") or {},
+        instance_id=loaded.instance.id,
     )
     request.row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
     request.attempt = job.attempts

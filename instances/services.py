@@ -31,7 +31,7 @@ from instances.orm_store import (
     snapshot_of,
 )
 from instances.queue import job_enqueue
-from instances.status import InstanceStatus, JobKind, Trigger
+from instances.status import CorrelationStatus, InstanceStatus, JobKind, Trigger
 from instances.wiring import engine
 
 _store = OrmStore()
@@ -186,7 +186,12 @@ def instance_retry(
     fault = _store.fault_to_retry(instance)
     headers = {k: v for k, v in (info.headers or {}).items() if k not in _SECRET_HEADERS}
     request = retry_request(
-        definition, fault, actor=info.actor, headers=headers, query=dict(info.query or {})
+        definition,
+        fault,
+        actor=info.actor,
+        headers=headers,
+        query=dict(info.query or {}),
+        instance_id=instance.id,
     )
     owner = f"retry:{uuid.uuid4().hex}"
     writes = PendingWrites()
@@ -223,9 +228,10 @@ def retry_request(
     actor: str,
     headers: dict[str, str],
     query: dict[str, Any],
+    instance_id: uuid.UUID | None = None,
 ) -> TransitionRequest:
     """The request that re-runs `fault`'s transition from its failed step (a sync retry, or the
-    job of an async one)."""
+    job of an async one) on instance `instance_id`."""
     transition = _faulted_transition(definition, fault) if fault else None
     if fault is None or transition is None:
         raise VNextError(
@@ -233,7 +239,7 @@ def retry_request(
             "no faulted transition of this instance can be run again; cancel it instead",
         )
     step = Order[fault.step] if fault.step in Order.__members__ else None
-    return TransitionRequest(
+    request = TransitionRequest(
         transition=transition,
         trigger=Trigger.of(fault.trigger),
         headers=headers,
@@ -243,6 +249,24 @@ def retry_request(
         resume_from_state=fault.from_state or None,
         resolves_incidents="retried",
     )
+    if transition.kind == TransitionKind.SUBFLOW_RESUME and instance_id is not None:
+        # A resume that faulted (its output handler, say) runs again with the child's data.
+        request.subflow_result = _ended_child_data(instance_id, fault.from_state)
+        request.resume_at = Order.CLEAR_BUSY_ON_RESUME
+    return request
+
+
+def _ended_child_data(parent_id: uuid.UUID, state: str) -> dict[str, Any]:
+    correlation = (
+        Correlation.objects.filter(
+            parent_id=parent_id, parent_state=state, type=Correlation.Type.SUBFLOW
+        )
+        .exclude(status=CorrelationStatus.ACTIVE)
+        .order_by("-completed_at", "-pk")
+        .first()
+    )
+    child = _store.load(correlation.child_id) if correlation and correlation.child_id else None
+    return dict(child.data) if child is not None else {}
 
 
 def boundary_retry_request(

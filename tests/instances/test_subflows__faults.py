@@ -113,3 +113,41 @@ def test_a_subflow_whose_workflow_is_not_published_faults_the_parent(operator_cl
     assert body["error"]["errorCode"] == "SubFlow:NotFound"
     assert not Correlation.objects.exists()
     assert not Instance.objects.filter(workflow_key="checker").exists()
+
+
+def test_a_resume_that_faults_is_retried_with_the_childs_data(operator_client):
+    child, parent = documents()
+    # The child passes at once; the parent's output handler refuses until corrected.
+    child["attributes"]["states"][0]["onEntries"] = []
+    subflow = parent["attributes"]["states"][1]["subFlow"]
+    subflow["mapping"] = script(
+        "def output_handler(context):\n"
+        "    if not get(context.instance.data, 'fixed'):\n"
+        "        raise ValueError('not fixed')\n"
+        "    return {'fromChild': context.body}\n"
+    )
+    child["attributes"]["states"][0]["transitions"][0]["onExecutionTasks"] = [
+        {**FAILING_ENTRY, "mapping": script(
+            "def input_handler(task, context):\n    return ScriptResponse()\n\n"
+            "def output_handler(context):\n    return {'answer': 42}\n"
+        )}
+    ]  # fmt: skip
+    for document in (script_task(), child, parent):
+        component_publish(document=document)
+    parent_api = WorkflowApi(operator_client, "asker")
+    parent_id = parent_api.started()
+    top = Instance.objects.get(pk=parent_id)
+    assert (top.current_state, top.status) == ("p-check", "F")
+    incident = Incident.objects.get(instance_id=parent_id, resolved=False)
+    assert incident.error_code == "SubFlow:MappingFailed"
+
+    retried = operator_client.post(
+        f"/api/v1/core/workflows/asker/instances/{parent_id}/retry?sync=true",
+        {"attributes": {"fixed": True}},
+        format="json",
+    )
+
+    assert retried.status_code == 200, retried.json()
+    top = Instance.objects.get(pk=parent_id)
+    assert (top.current_state, top.status) == ("p-done", "C")
+    assert top.data["fromChild"] == {"answer": 42}
