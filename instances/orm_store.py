@@ -458,6 +458,9 @@ def _close_parent_correlation(child_id: uuid.UUID, correlation_id: int, status: 
         return  # the parent ended first (its cancel closed the correlation): nobody waits
     parent_id, correlation_type = found
     Correlation.objects.filter(pk=correlation_id).update(status=status, completed_at=timezone.now())
+    if correlation_type == Correlation.Type.SUBPROCESS:
+        # The parent lists its open subprocesses (state function): its ETag moves on.
+        Instance.objects.filter(pk=parent_id).update(etag=new_etag())
     if correlation_type == Correlation.Type.SUBFLOW:
         job_enqueue(
             kind=JobKind.SUBFLOW_RESUME,

@@ -15,8 +15,15 @@ from instances.engine.errors import Codes, VNextError
 from instances.engine.pipeline import MAX_CHAIN_DEPTH
 from instances.engine.records import InstanceSnapshot, waiting_child
 from instances.filters import parse_filter, parse_page, parse_sort
-from instances.models import Incident, Instance, InstanceTransition, Job
-from instances.status import InstanceStatus, JobKind, JobStatus, StateType, Trigger
+from instances.models import Correlation, Incident, Instance, InstanceTransition, Job
+from instances.status import (
+    CorrelationStatus,
+    InstanceStatus,
+    JobKind,
+    JobStatus,
+    StateType,
+    Trigger,
+)
 from instances.wiring import engine
 
 
@@ -183,23 +190,41 @@ def chain_etag(instance: InstanceSnapshot, levels: list[SubflowLevel]) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()[:32]
 
 
-def active_correlations(levels: list[SubflowLevel]) -> list[dict[str, Any]]:
-    """`activeCorrelations` of the state function: each open SubFlow level, top to leaf."""
-    return [
-        {
-            "id": level.correlation_id,
-            "type": "S",
-            "parentId": str(level.parent.id),
-            "parentState": level.parent.current_state,
-            "childId": str(level.child.id),
-            "domain": level.child.domain,
-            "flow": level.child.workflow_key,
-            "version": level.child.workflow_version,
-            "state": level.child.current_state,
-            "status": str(level.child.status),
-        }
+def active_correlations(
+    instance: InstanceSnapshot, levels: list[SubflowLevel]
+) -> list[dict[str, Any]]:
+    """`activeCorrelations` of the state function (API.md 3): each open SubFlow level, top to
+    leaf, then the open SubProcesses the instance started."""
+    entries = [
+        _correlation_entry(level.correlation_id, level.parent.current_state, "SubFlow", level.child)
         for level in levels
     ]
+    subprocesses = Correlation.objects.filter(
+        parent_id=instance.id, type=Correlation.Type.SUBPROCESS, status=CorrelationStatus.ACTIVE
+    ).order_by("pk")
+    for row in subprocesses:
+        child = engine().store.load(row.child_id) if row.child_id else None
+        if child is not None:
+            entries.append(_correlation_entry(row.pk, row.parent_state, "SubProcess", child))
+    return entries
+
+
+def _correlation_entry(
+    correlation_id: int | None, parent_state: str, kind: str, child: InstanceSnapshot
+) -> dict[str, Any]:
+    return {
+        "correlationId": correlation_id,
+        "parentState": parent_state,
+        "subFlowInstanceId": str(child.id),
+        "subFlowType": kind,
+        "subFlowDomain": child.domain,
+        "subFlowName": child.workflow_key,
+        "subFlowVersion": child.workflow_version,
+        "isCompleted": child.status == InstanceStatus.COMPLETED,
+        "status": str(child.status),
+        "currentState": child.current_state,
+        "href": f"/api/v1/{child.domain}/workflows/{child.workflow_key}/instances/{child.id}",
+    }
 
 
 def state_function(

@@ -384,14 +384,16 @@ class InstanceFunctionView(APIView):
             if _not_modified(request, etag):
                 return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
             base = request.path.rsplit("/functions/", 1)[0]
+            correlations = active_correlations(snapshot, levels)
             if not levels:
-                return _etag(Response(state_function(definition, snapshot, base)), etag)
+                body = state_function(definition, snapshot, base, correlations=correlations)
+                return _etag(Response(body), etag)
             leaf = levels[-1].child
             body = state_function(
                 workflow_definition(leaf.domain, leaf.workflow_key, leaf.workflow_version),
                 leaf,
                 base,
-                correlations=active_correlations(levels),
+                correlations=correlations,
                 data_base=f"/api/v1/{leaf.domain}/workflows/{leaf.workflow_key}/instances/{leaf.id}",
             )
             return _etag(Response(body), etag)

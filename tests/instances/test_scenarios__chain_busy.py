@@ -53,7 +53,10 @@ def test_a_sync_start_builds_the_chain_and_the_root_reports_the_leaf(root):
     assert Correlation.objects.filter(status="active").count() == 2
     state = root.state(root_id)
     assert (state["state"], state["status"]) == ("leaf-waiting", "A")
-    assert [c["childId"] for c in state["activeCorrelations"]] == [str(middle.pk), str(leaf.pk)]
+    assert [c["subFlowInstanceId"] for c in state["activeCorrelations"]] == [
+        str(middle.pk),
+        str(leaf.pk),
+    ]
 
 
 def test_a_self_shared_transition_on_the_leaf_runs_its_lifecycle_and_rearms_the_timer(root):

@@ -237,10 +237,19 @@ def test_a_subprocess_task_starts_a_child_fire_and_forget(operator_client):
         parent_id,
     )
     assert correlation.parent_state == "begin"
+    (listed,) = api.state(parent_id)["activeCorrelations"]
+    assert (listed["subFlowType"], listed["subFlowInstanceId"], listed["isCompleted"]) == (
+        "SubProcess",
+        str(child.pk),
+        False,
+    )
     jobs_run_due()
     child = Instance.objects.get(pk=child.pk)
     assert (child.current_state, child.status, child.data) == ("waiting", "A", {"spawned": True})
+    etag = api.function(parent_id, "state")["ETag"]
     WorkflowApi(operator_client, "worker").fired(str(child.pk), "finish")
+    assert api.function(parent_id, "state", headers={"If-None-Match": etag}).status_code == 200
     assert Correlation.objects.get(pk=correlation.pk).status == "completed"
+    assert api.state(parent_id)["activeCorrelations"] == []
     top = Instance.objects.get(pk=parent_id)
     assert (top.current_state, top.status) == ("started", "A")
