@@ -15,10 +15,12 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import format_html
 
 from instances.job_handlers import REPLAYED, job_replay
 from instances.models import (
+    Correlation,
     Incident,
     Instance,
     InstanceTask,
@@ -102,6 +104,33 @@ class OperatorActionInline(_ReadOnlyInline):
     verbose_name_plural = "Operator actions (audit)"
 
 
+def _instance_link(instance_id: Any) -> str:
+    url = reverse("admin:instances_instance_change", args=[instance_id])
+    return format_html('<a href="{}">{}</a>', url, instance_id)
+
+
+class ChildCorrelationInline(_ReadOnlyInline):
+    """The subflows (S) and subprocesses (P) the instance started, with links to them."""
+
+    model = Correlation
+    fk_name = "parent"
+    fields = readonly_fields = (
+        "created_at",
+        "type",
+        "parent_state",
+        "child_link",
+        "status",
+        "completed_at",
+    )
+    ordering = ["created_at"]
+    verbose_name_plural = "Subflows and subprocesses started"
+
+    @admin.display(description="Child instance")
+    def child_link(self, correlation: Correlation) -> str:
+        """A link to the child's page."""
+        return _instance_link(correlation.child_id) if correlation.child_id else "-"
+
+
 # The operator actions of the instance admin; posting one needs `instances.change_instance`.
 OPERATOR_ACTIONS = ("retry", "cancel", "resolve_incidents")
 _LEVELS = {
@@ -134,14 +163,36 @@ class InstanceAdmin(admin.ModelAdmin):
         "data_version",
         "busy_owner",
         "busy_since",
+        "parent_link",
         "created_at",
         "updated_at",
         "completed_at",
         "pretty_data",
         "pretty_extra",
     )
-    inlines = [TransitionInline, TaskInline, IncidentInline, OperatorActionInline]
+    inlines = [
+        TransitionInline,
+        TaskInline,
+        IncidentInline,
+        ChildCorrelationInline,
+        OperatorActionInline,
+    ]
     actions = ["retry", "cancel", "resolve_incidents"]
+
+    @admin.display(description="Started by")
+    def parent_link(self, instance: Instance) -> str:
+        """The parent that started this instance as a subflow or subprocess, if any."""
+        correlation = instance.parent_correlation
+        if correlation is None:
+            return "-"
+        kind = "subflow" if correlation.type == Correlation.Type.SUBFLOW else "subprocess"
+        return format_html(
+            "{} ({} in state {}, {})",
+            _instance_link(correlation.parent_id),
+            kind,
+            correlation.parent_state,
+            correlation.status,
+        )
 
     @admin.display(description="Data")
     def pretty_data(self, instance: Instance) -> str:

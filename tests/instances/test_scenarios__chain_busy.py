@@ -9,6 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from instances.job_handlers import instances_reap_stranded_busy
@@ -248,3 +250,16 @@ def test_the_reaper_leaves_parents_waiting_for_live_children(root, settings):
     Correlation.objects.filter(child=leaf).update(status="completed")
     assert instances_reap_stranded_busy() == 1
     assert where(*fresh(middle)) == [("middle-waiting", "F")]
+
+
+def test_the_admin_links_parents_and_children(root, operator):
+    root_id = root.started()
+    top, middle, leaf = chain(root_id)
+    client = Client()
+    client.force_login(operator)
+    page = client.get(reverse("admin:instances_instance_change", args=[middle.pk])).content.decode()
+    # Started by the root (a subflow waiting in root-waiting); started the leaf.
+    assert reverse("admin:instances_instance_change", args=[top.pk]) in page
+    assert "subflow in state root-waiting, active" in page
+    assert reverse("admin:instances_instance_change", args=[leaf.pk]) in page
+    assert "Subflows and subprocesses started" in page
