@@ -24,6 +24,7 @@ from django.db import DataError, IntegrityError, connection, connections, transa
 from django.db.models import Field, Q
 from django.utils import timezone
 
+from instances.changes import instance_changed
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.ports import BusinessKeyTaken, StoreRefused
 from instances.engine.records import (
@@ -189,7 +190,10 @@ class OrmStore:
     ) -> bool:
         """Busy for `reservation` if the status is one of `statuses`, with the transition job
         that owns the reservation, in one transaction; False when the status refused it."""
-        return dialect().reserve_with_job(instance_id, statuses, reservation, payload)
+        reserved = dialect().reserve_with_job(instance_id, statuses, reservation, payload)
+        if reserved:
+            instance_changed(instance_id)
+        return reserved
 
     def take_reservation(
         self, instance_id: uuid.UUID, reservation: str, job_id: int, token: str
@@ -254,6 +258,7 @@ class OrmStore:
                 )
                 if not changed:
                     continue
+                instance_changed(instance_id)
                 InstanceTransition.objects.create(
                     instance_id=instance_id,
                     transition_key=action,
@@ -307,6 +312,8 @@ class OrmStore:
             busy_since=timezone.now(),
             etag=new_etag(),
         )
+        if taken:
+            instance_changed(instance_id)
         return self.load(instance_id) if taken else None
 
     def hand_over(
@@ -316,6 +323,8 @@ class OrmStore:
         taken = Instance.objects.filter(
             pk=instance_id, status=InstanceStatus.BUSY, busy_owner=from_owner
         ).update(busy_owner=to_owner, busy_since=timezone.now(), etag=new_etag())
+        if taken:
+            instance_changed(instance_id)
         return self.load(instance_id) if taken else None
 
     def flush(
@@ -326,10 +335,13 @@ class OrmStore:
         try:
             if guard.kind is not GuardKind.INSERT and sql.flushes_in_one(writes):
                 if not connection.in_atomic_block:
-                    return sql.flush_in_one(snapshot, writes, guard)[0]
-                # Inside a caller's transaction a refused statement must not abort it.
-                with transaction.atomic():
-                    return sql.flush_in_one(snapshot, writes, guard)[0]
+                    committed = sql.flush_in_one(snapshot, writes, guard)[0]
+                else:
+                    # Inside a caller's transaction a refused statement must not abort it.
+                    with transaction.atomic():
+                        committed = sql.flush_in_one(snapshot, writes, guard)[0]
+                instance_changed(committed.id)
+                return committed
             with transaction.atomic():
                 if guard.kind is GuardKind.INSERT:
                     committed, data_changed = (
@@ -344,6 +356,7 @@ class OrmStore:
         except DataError as exc:
             # The content was refused (NUL character, number out of range): nothing written.
             raise StoreRefused(f"the database refused the data: {_first_line(exc)}") from exc
+        instance_changed(committed.id)
         return committed
 
     # --- instance row -------------------------------------------------------------------------
@@ -461,6 +474,7 @@ def _close_parent_correlation(child_id: uuid.UUID, correlation_id: int, status: 
     if correlation_type == Correlation.Type.SUBPROCESS:
         # The parent lists its open subprocesses (state function): its ETag moves on.
         Instance.objects.filter(pk=parent_id).update(etag=new_etag())
+        instance_changed(parent_id)
     if correlation_type == Correlation.Type.SUBFLOW:
         job_enqueue(
             kind=JobKind.SUBFLOW_RESUME,

@@ -6,7 +6,7 @@ request in a thread of its own, made for that request: on this machine that cost
 request (`GET /health` 3.9 ms against 1.8 ms through the bridge, `make bench`), and no database
 connection outlives its request. Through the bridge a thread, and its connection, serves request
 after request. Routes that must wait without holding a thread (long-poll) will be mounted beside
-it as ASGI routes.
+it as ASGI routes: the state function's long-poll (`?wait=`, `instances/api/longpoll.py`).
 """
 
 import os
@@ -22,6 +22,7 @@ from a2wsgi import WSGIMiddleware  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 
+from instances.api.longpoll import LongPollRouter, StateLongPoll  # noqa: E402
 from vnext.conf import vnext_setting  # noqa: E402
 
 if os.environ.get("VNEXT_EMBEDDED_RUNNER_IN_WORKERS"):
@@ -32,10 +33,14 @@ if os.environ.get("VNEXT_EMBEDDED_RUNNER_IN_WORKERS"):
 
 application = ProtocolTypeRouter(
     {
-        "http": WSGIMiddleware(
-            # The stubs type a WSGI handler's answer as HttpResponseBase: an iterable of bytes.
-            StaticFilesHandler(django_wsgi_app),  # type: ignore[arg-type]
-            workers=int(vnext_setting("HTTP_THREADS")),
+        # Long-polls of the state function wait on the event loop; the rest is the WSGI bridge.
+        "http": LongPollRouter(
+            StateLongPoll(django_wsgi_app),
+            WSGIMiddleware(
+                # The stubs type a WSGI handler's answer as HttpResponseBase: bytes chunks.
+                StaticFilesHandler(django_wsgi_app),  # type: ignore[arg-type]
+                workers=int(vnext_setting("HTTP_THREADS")),
+            ),
         ),
         "websocket": URLRouter([]),
     }

@@ -28,6 +28,10 @@ DEFAULTS: dict[str, Any] = {
     # What the trigger task types (11 start, 12 direct trigger, 14 subprocess) start instances
     # and run transitions with: the instance services, in-process.
     "INSTANCE_WRITER": "instances.job_handlers.ServiceInstanceWriter",
+    # Long-poll of the state function: the longest `?wait=` honoured, and how often a parked
+    # request re-reads the instance besides the change notifications (a lost one costs this).
+    "LONG_POLL_MAX_SECONDS": 60.0,
+    "LONG_POLL_RECHECK_SECONDS": 5.0,
     # How long an API token's user is remembered (see vnext/authentication.py); 0 = never.
     "TOKEN_CACHE_SECONDS": 60.0,
     # HTTP worker processes of `make run`; None = one per CPU on PostgreSQL, one on SQLite.

@@ -171,6 +171,8 @@ VNEXT = {
     "HTTP_THREADS": env.int("VNEXT_HTTP_THREADS", default=8),
     "HTTP_ACCESS_LOG": env.bool("VNEXT_HTTP_ACCESS_LOG", default=False),
     "TOKEN_CACHE_SECONDS": env.float("VNEXT_TOKEN_CACHE_SECONDS", default=60.0),
+    "LONG_POLL_MAX_SECONDS": env.float("VNEXT_LONG_POLL_MAX_SECONDS", default=60.0),
+    "LONG_POLL_RECHECK_SECONDS": env.float("VNEXT_LONG_POLL_RECHECK_SECONDS", default=5.0),
     "EXAMPLES_DIR": BASE_DIR / "examples",
     "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,
     "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),

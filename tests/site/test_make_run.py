@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -30,6 +31,21 @@ def test_embedded_server_end_to_end(tmp_path: Path):
         assert listing.status_code == 200
         keys = {item["key"] for item in listing.json()["items"]}
         assert {"instance-management-test-workflow", "payload-modes"} <= keys
+        # The state function's long-poll is served on the ASGI side of the same port.
+        flow = f"{base}/api/v1/core/workflows/chain-busy-leaf/instances"
+        auth = ("ops", "ops-secret-42")
+        started = httpx.post(f"{flow}/start?sync=true", json={}, auth=auth, timeout=30)
+        assert started.status_code == 200, started.text
+        state_url = f"{flow}/{started.json()['id']}/functions/state"
+        etag = httpx.get(state_url, auth=auth).headers["ETag"]
+        began = time.monotonic()
+        parked = httpx.get(
+            f"{state_url}?wait=1", auth=auth, headers={"If-None-Match": etag}, timeout=10
+        )
+        assert parked.status_code == 304
+        assert time.monotonic() - began >= 1.0
+        stale = httpx.get(f"{state_url}?wait=30", auth=auth, headers={"If-None-Match": '"x"'})
+        assert (stale.status_code, stale.json()["state"]) == (200, "leaf-waiting")
     output = server.output()
     assert server.exit_code == 0, output
     assert "operator account: ops / (from VNEXT_OPERATOR_PASSWORD)" in output

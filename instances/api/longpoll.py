@@ -1,0 +1,197 @@
+"""The state function as a long-poll (API.md 3), served on the ASGI side of `make run`.
+
+`GET .../instances/{instance}/functions/state?wait=N` with `If-None-Match` set to the current
+eTag is parked on the server's event loop, holding no thread, until the instance (or a subflow it
+waits for) changes or N seconds pass, then answers as the state function does (200 with the new
+body, or 304). Every answer comes from the same Django view through the WSGI handler, so
+authentication, errors and the body are exactly those of the plain request; only the waiting
+happens here. Changes arrive as channel-layer messages (`instances.changes`); the parked request
+also re-reads the instance every `LONG_POLL_RECHECK_SECONDS`, so a lost message costs latency,
+never a stale answer. A client that goes away leaves its groups at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from a2wsgi.wsgi import build_environ
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+
+from instances.changes import group_name, serving_in
+from instances.engine.errors import Codes, Violation
+from instances.selectors import instance_by_id, subflow_chain
+from instances.services import instance_snapshot
+from vnext.conf import vnext_setting
+from vnext.exception_handler import problem_body
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+WsgiApp = Callable[..., Any]
+
+STATE_PATH = re.compile(
+    r"^/api/v1/(?P<domain>[^/]+)/workflows/(?P<workflow>[^/]+)/instances/(?P<instance>[^/]+)"
+    r"/functions/state/?$"
+)
+
+
+def is_long_poll(scope: Scope) -> bool:
+    """A GET of the state function with a `wait` parameter."""
+    if scope.get("type") != "http" or scope.get("method") != "GET":
+        return False
+    if not STATE_PATH.match(scope.get("path", "")):
+        return False
+    return "wait" in parse_qs(scope.get("query_string", b"").decode("latin1"))
+
+
+@dataclass
+class Answer:
+    """A response of the Django view: status, headers, body."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def call_wsgi(app: WsgiApp, scope: Scope) -> Answer:
+    """Run the request `scope` describes through Django's WSGI handler (in a worker thread)."""
+    environ = build_environ(scope, io.BytesIO(b""))  # type: ignore[arg-type]
+    started: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        started["status"] = int(status.split(" ", 1)[0])
+        started["headers"] = [(k.encode("latin1"), v.encode("latin1")) for k, v in headers]
+        return lambda data: None
+
+    chunks = app(environ, start_response)
+    try:
+        body = b"".join(chunks)
+    finally:
+        if hasattr(chunks, "close"):
+            chunks.close()
+    return Answer(started["status"], started["headers"], body)
+
+
+class StateLongPoll:
+    """The ASGI app of long-poll requests; `wsgi_app` answers every read of the state."""
+
+    def __init__(self, wsgi_app: WsgiApp) -> None:
+        self.wsgi_app = wsgi_app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer at once unless the client holds the current eTag; else park until a change."""
+        request = await receive()  # the (empty) body of the GET
+        if request.get("type") == "http.disconnect":
+            return
+        wait = _wait_seconds(scope)
+        if wait is None:
+            await _send(send, _bad_wait())
+            return
+        answer = await self._read(scope)
+        if answer.status != 304 or wait <= 0:
+            await _send(send, answer)
+            return
+        await self._park(scope, receive, send, wait, answer)
+
+    async def _read(self, scope: Scope) -> Answer:
+        return await sync_to_async(call_wsgi, thread_sensitive=False)(self.wsgi_app, scope)
+
+    async def _park(
+        self, scope: Scope, receive: Receive, send: Send, wait: float, answer: Answer
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        serving_in(loop)
+        deadline = loop.time() + wait
+        layer = get_channel_layer()
+        channel = await layer.new_channel() if layer is not None else None
+        groups = [
+            group_name(i) for i in await sync_to_async(_watched, thread_sensitive=False)(scope)
+        ]
+        for group in groups if channel else []:
+            await layer.group_add(group, channel)
+        gone = asyncio.ensure_future(receive())
+        recheck = float(vnext_setting("LONG_POLL_RECHECK_SECONDS"))
+        try:
+            while True:
+                # Read again after joining: a change just before the join is not missed.
+                answer = await self._read(scope)
+                remaining = deadline - loop.time()
+                if answer.status != 304 or remaining <= 0:
+                    break
+                message = asyncio.ensure_future(layer.receive(channel)) if channel else None
+                waiting = {gone, message} if message else {gone}
+                done, _ = await asyncio.wait(
+                    waiting, timeout=min(remaining, recheck), return_when=asyncio.FIRST_COMPLETED
+                )
+                if message is not None and message not in done:
+                    message.cancel()
+                if gone in done:
+                    return  # the client went away: nothing to answer
+            await _send(send, answer)
+        finally:
+            gone.cancel()
+            for group in groups if channel else []:
+                await layer.group_discard(group, channel)
+
+
+def _wait_seconds(scope: Scope) -> float | None:
+    values = parse_qs(scope.get("query_string", b"").decode("latin1")).get("wait") or [""]
+    try:
+        wait = float(values[0])
+    except ValueError:
+        return None
+    if wait != wait or wait < 0:  # NaN or negative
+        return None
+    return min(wait, float(vnext_setting("LONG_POLL_MAX_SECONDS")))
+
+
+def _watched(scope: Scope) -> list[uuid.UUID]:
+    # The instance and the subflows its state function describes (their changes change it).
+    match = STATE_PATH.match(scope["path"])
+    assert match is not None
+    instance = instance_snapshot(
+        domain=match["domain"], workflow=match["workflow"], ref=match["instance"]
+    )
+    ids = [instance.id]
+    for level in subflow_chain(instance):
+        ids.append(level.child.id)
+    return [i for i in ids if instance_by_id(i) is not None]
+
+
+def _bad_wait() -> Answer:
+    body = problem_body(
+        Codes.APP_INVALID_REQUEST,
+        "wait must be a number of seconds (0 or more)",
+        violations=[Violation("/wait", "a number of seconds, 0 or more")],
+    )
+    return Answer(400, [(b"content-type", b"application/problem+json")], json.dumps(body).encode())
+
+
+async def _send(send: Send, answer: Answer) -> None:
+    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+    await send({"type": "http.response.body", "body": answer.body, "more_body": False})
+
+
+class LongPollRouter:
+    """The HTTP side of the ASGI application: long-polls of the state function here, every
+    other request to the WSGI bridge."""
+
+    def __init__(self, long_poll: StateLongPoll, other: Any) -> None:
+        self.long_poll = long_poll
+        self.other = other
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Route one HTTP request."""
+        if is_long_poll(scope):
+            await self.long_poll(scope, receive, send)
+        else:
+            await self.other(scope, receive, send)
