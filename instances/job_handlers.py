@@ -29,6 +29,7 @@ from instances.engine.pipeline import TransitionRequest
 from instances.engine.ports import InstanceAnswer, SubprocessParent
 from instances.engine.profiles import Order
 from instances.engine.records import (
+    LONG_POLL_OWNER_PREFIX,
     SUBFLOW_OWNER_PREFIX,
     IncidentRow,
     InstanceSnapshot,
@@ -54,6 +55,7 @@ from instances.services import (
     instance_subprocess_start,
     instance_transition,
     instance_transition_accept,
+    long_poll_continue_request,
     retry_request,
 )
 from instances.status import (
@@ -514,12 +516,31 @@ def _handle_subflow_end(job: Job) -> None:
     _execute(job, loaded, request, reserved=False)
 
 
+def _handle_long_poll_fallback(job: Job) -> None:
+    """No acknowledgement came within `fallbackTimeoutSeconds`: the paused run goes on."""
+    loaded = _load(job)
+    instance = loaded.instance
+    paused_by = f"{LONG_POLL_OWNER_PREFIX}{job.payload.get('token')}"
+    if not _store.take_reservation(instance.id, paused_by, job.pk, job.lease_owner):
+        raise JobSkipped(
+            f"instance {instance.id} is no longer paused for this acknowledgement "
+            f"(status {instance.status})"
+        )
+    request = long_poll_continue_request(
+        loaded.definition, instance.current_state, actor="long-poll fallback"
+    )
+    request.row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
+    request.attempt = job.attempts
+    _execute(job, loaded, request, reserved=True)
+
+
 HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.TRANSITION: _handle_transition,
     JobKind.TIMER: _handle_timer,
     JobKind.TIMEOUT: lambda job: _handle_timer(job, timeout=True),
     JobKind.SUBFLOW_RESUME: _handle_subflow_resume,
     JobKind.SUBFLOW_END: _handle_subflow_end,
+    JobKind.LONG_POLL_FALLBACK: _handle_long_poll_fallback,
 }
 
 

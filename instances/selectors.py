@@ -10,7 +10,12 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
+from instances.engine.definition import (
+    DEFAULT_FALLBACK_SECONDS,
+    TransitionDef,
+    TransitionKind,
+    WorkflowDefinition,
+)
 from instances.engine.errors import Codes, VNextError
 from instances.engine.pipeline import MAX_CHAIN_DEPTH
 from instances.engine.records import InstanceSnapshot, waiting_child
@@ -302,6 +307,17 @@ def state_function(
         .values_list("run_at", flat=True)
         .first()
     )
+    long_poll = state.long_poll if state is not None else None
+    if long_poll is not None:
+        terminate = bool(long_poll.get("terminate"))
+        body["interaction"] = {
+            "terminateLongPoll": terminate,
+            "fallbackTimeoutSeconds": int(
+                long_poll.get("fallbackTimeoutSeconds") or DEFAULT_FALLBACK_SECONDS
+            ),
+        }
+        if terminate:
+            body["interaction"]["ack"] = {"href": _href(data_base or base, "longpoll/ack")}
     timeout = definition.timeout_for(instance.extra)
     if timeout is not None and live and deadline is not None:
         body["timeout"] = {

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from instances.engine.definition import (
+    LONG_POLL_ACK_KEY,
     SUBFLOW_RESUME_KEY,
     TransitionDef,
     TransitionKind,
@@ -22,16 +23,23 @@ from instances.engine.payload import Payload, split_payload, validate_attributes
 from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution, TaskResume, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.profiles import Order
-from instances.engine.records import Guard, GuardKind, InstanceSnapshot, PendingWrites, new_etag
+from instances.engine.records import (
+    LONG_POLL_OWNER_PREFIX,
+    Guard,
+    GuardKind,
+    InstanceSnapshot,
+    PendingWrites,
+    new_etag,
+)
 from instances.engine.subflows import forward_target
-from instances.models import Correlation, Incident, Instance, OperatorAction
+from instances.models import Correlation, Incident, Instance, Job, OperatorAction
 from instances.orm_store import (
     FaultToRetry,
     OrmStore,
     snapshot_of,
 )
 from instances.queue import job_enqueue
-from instances.status import CorrelationStatus, InstanceStatus, JobKind, Trigger
+from instances.status import CorrelationStatus, InstanceStatus, JobKind, JobStatus, Trigger
 from instances.wiring import engine
 
 _store = OrmStore()
@@ -316,6 +324,8 @@ def _faulted_transition(
         return found
     if fault.transition_key == SUBFLOW_RESUME_KEY:
         return definition.subflow_resume(fault.from_state)
+    if fault.transition_key == LONG_POLL_ACK_KEY:
+        return definition.long_poll_ack(fault.from_state)
     specials = [*definition.specials(), definition.timeout]
     special = next((t for t in specials if t is not None and t.key == fault.transition_key), None)
     # An error boundary's rollback/notify transition runs even where it is not available.
@@ -435,6 +445,52 @@ def instance_relay(
     request = _request(transition, payload, body, info)
     execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
     return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
+def instance_long_poll_ack(
+    *, domain: str, workflow: str, ref: str, info: RequestInfo
+) -> InstanceOutcome:
+    """The client rendered the state its long-poll stopped at (`interaction.longPoll.terminate`):
+    the paused run goes on (step 79 on: automatic transitions, timers). The instance's Busy moves
+    from the pause to this run by compare-and-set, so of two acks (or an ack and the fallback)
+    one continues it and the other gets 409 `Instance:NoAckPending`."""
+    instance = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    paused_by = instance.busy_owner
+    refused = VNextError(
+        Codes.NO_ACK_PENDING,
+        f"instance is not paused for a long-poll acknowledgement (status {instance.status})",
+        instance_id=str(instance.id),
+    )
+    if instance.status != InstanceStatus.BUSY or not paused_by.startswith(LONG_POLL_OWNER_PREFIX):
+        raise refused
+    definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
+    owner = f"ack:{uuid.uuid4().hex}"
+    taken = _store.hand_over(instance.id, paused_by, owner)
+    if taken is None:
+        raise refused
+    Job.objects.filter(
+        instance_id=instance.id,
+        kind=JobKind.LONG_POLL_FALLBACK,
+        status=JobStatus.PENDING,
+        payload__token=paused_by.removeprefix(LONG_POLL_OWNER_PREFIX),
+    ).update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+    request = long_poll_continue_request(definition, taken.current_state, actor=info.actor)
+    execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
+    return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
+def long_poll_continue_request(
+    definition: WorkflowDefinition, state: str, *, actor: str
+) -> TransitionRequest:
+    """The request that continues a run paused at step 75 in `state` (an ack, or the
+    fallback job)."""
+    return TransitionRequest(
+        transition=definition.long_poll_ack(state),
+        trigger=Trigger.AUTOMATIC,
+        actor=actor,
+        resume_at=Order.CLEAR_BUSY_ON_RESUME,
+        resume_from_state=state,
+    )
 
 
 def instance_subprocess_start(

@@ -107,6 +107,8 @@ class JobKind(TextChoices):
     TIMEOUT = "timeout", "Workflow timeout"
     SUBFLOW_RESUME = "subflow-resume", "Subflow resume"  # the child ended: the parent goes on
     SUBFLOW_END = "subflow-end", "Subflow end"  # the parent ended: the child is cancelled
+    # A state paused for a long-poll acknowledgement goes on without it.
+    LONG_POLL_FALLBACK = "longpoll-fallback", "Long-poll fallback"
 
 
 class TransitionStatus(TextChoices):

@@ -18,6 +18,11 @@ urlpatterns = [
     ),
     path(f"{ONE}/transitions", views.InstanceHistoryView.as_view(), name="instance-history"),
     path(f"{ONE}/retry", views.InstanceRetryView.as_view(), name="instance-retry"),
+    path(
+        f"{ONE}/longpoll/ack",
+        views.InstanceLongPollAckView.as_view(),
+        name="instance-longpoll-ack",
+    ),
     path(f"{ONE}/incidents", views.InstanceIncidentListView.as_view(), name="instance-incidents"),
     path(
         f"{ONE}/incidents/active",

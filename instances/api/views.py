@@ -39,6 +39,7 @@ from instances.selectors import (
 from instances.services import (
     InstanceOutcome,
     RequestInfo,
+    instance_long_poll_ack,
     instance_relay,
     instance_retry,
     instance_snapshot,
@@ -246,6 +247,37 @@ class InstanceRetryView(APIView):
             accepted=not sync,
             retried=True,
         )
+
+
+class InstanceLongPollAckView(APIView):
+    """Acknowledge a long-poll that stopped at a `terminate` state."""
+
+    @extend_schema(
+        request=None,
+        responses={200: OpenApiTypes.OBJECT},
+        summary="Acknowledge a terminated long-poll",
+    )
+    def patch(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
+        """The client rendered the state: the paused run goes on; 200 envelope. 409
+        `Instance:NoAckPending` when the instance awaits no acknowledgement (a second ack, or
+        after the fallback)."""
+        return _answer(
+            domain,
+            workflow,
+            lambda: instance_long_poll_ack(
+                domain=domain, workflow=workflow, ref=instance, info=_info(request)
+            ),
+            accepted=False,
+        )
+
+    @extend_schema(
+        request=None,
+        responses={200: OpenApiTypes.OBJECT},
+        summary="Acknowledge a terminated long-poll",
+    )
+    def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
+        """The same as PATCH."""
+        return self.patch(request, domain, workflow, instance)
 
 
 class InstanceDetailView(APIView):

@@ -25,11 +25,15 @@ class TransitionKind:
     EXIT = "exit"
     UPDATE_DATA = "updateData"
     TIMEOUT = "timeout"
-    # Not in the document: the hop that resumes a parent once its SubFlow child ended.
+    # Not in the document: the hop that resumes a parent once its SubFlow child ended, and the
+    # one that continues a state paused for a long-poll acknowledgement.
     SUBFLOW_RESUME = "subflowResume"
+    LONG_POLL_ACK = "longPollAck"
 
 
 SUBFLOW_RESUME_KEY = "$subflow-resume"
+LONG_POLL_ACK_KEY = "$longpoll-ack"
+DEFAULT_FALLBACK_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,13 @@ class StateDef:
         return [t for t in self.raw.get("onExits") or [] if isinstance(t, dict)]
 
     @property
+    def long_poll(self) -> dict[str, Any] | None:
+        """`interaction.longPoll` (`terminate`, `fallbackTimeoutSeconds`, `roles`), or None."""
+        interaction = self.raw.get("interaction")
+        value = interaction.get("longPoll") if isinstance(interaction, dict) else None
+        return value if isinstance(value, dict) else None
+
+    @property
     def subflow(self) -> dict[str, Any] | None:
         """`subFlow` of a SubFlow state (`type`, `process`, `mapping`, `overrides`), else None."""
         value = self.raw.get("subFlow")
@@ -205,6 +216,17 @@ class WorkflowDefinition:
             "versionStrategy": version or "None",
         }
         return TransitionDef(raw, TransitionKind.SUBFLOW_RESUME, state)
+
+    def long_poll_ack(self, state: str) -> TransitionDef:
+        """The hop that continues state `state` after its long-poll acknowledgement (or the
+        fallback): it stays in the state and runs the steps from 79 on (Auto, Schedule, ...)."""
+        raw = {
+            "key": LONG_POLL_ACK_KEY,
+            "target": SELF,
+            "triggerType": Trigger.AUTOMATIC,
+            "versionStrategy": "None",
+        }
+        return TransitionDef(raw, TransitionKind.LONG_POLL_ACK, state)
 
     def specials(self) -> Iterator[TransitionDef]:
         """cancel, exit and updateData, where defined."""

@@ -39,6 +39,9 @@ class Codes:
     INSTANCE_FAULTED = ErrorCode("Instance:100028", 409, "Instance is faulted; retry or cancel it")
     INSTANCE_PASSIVE = ErrorCode("Instance:100029", 409, "Instance is suspended")
     INSTANCE_BUSY = ErrorCode("Instance:100031", 409, "Instance is busy")
+    NO_ACK_PENDING = ErrorCode(
+        "Instance:NoAckPending", 409, "The instance awaits no long-poll acknowledgement"
+    )
     INSTANCE_KEY_EXISTS = ErrorCode(
         "Instance:KeyExists", 409, "A live instance of the workflow already has this key"
     )

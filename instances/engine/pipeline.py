@@ -41,6 +41,7 @@ from instances.engine.ports import (
 )
 from instances.engine.profiles import Order, OutcomeKind, Profile, resolve_profile
 from instances.engine.records import (
+    LONG_POLL_OWNER_PREFIX,
     Guard,
     GuardKind,
     IncidentRow,
@@ -230,6 +231,8 @@ class Execution:
         self.awaiting_child: uuid.UUID | None = None
         # The correlation's Busy owner a `$self` transition of a waiting parent hands back.
         self.return_owner: str | None = None
+        # The run paused for a long-poll acknowledgement (step 75) with this token.
+        self.awaiting_ack: uuid.UUID | None = None
         # A flush started children, ended them, or closed this instance's own correlation:
         # the caller runs the hand-off jobs that follow (child starts, parent resumes).
         self.relays = False
@@ -390,9 +393,15 @@ class Execution:
         self.committed = True
 
     def wait_for_child(self) -> None:
-        """The run is over but a SubFlow child runs: commit everything and leave the instance
-        Busy, owned by the correlation (`subflow:<child id>`) until the child ends."""
-        owner = subflow_owner(self.awaiting_child) if self.awaiting_child else self.return_owner
+        """The run is over but the instance waits: for a SubFlow child (owned by the correlation,
+        `subflow:<child id>`, until the child ends) or for a long-poll acknowledgement
+        (`longpoll:<token>`, until the ack or the fallback). Commit everything, leave it Busy."""
+        if self.awaiting_child:
+            owner: str | None = subflow_owner(self.awaiting_child)
+        elif self.awaiting_ack:
+            owner = f"{LONG_POLL_OWNER_PREFIX}{self.awaiting_ack}"
+        else:
+            owner = self.return_owner
         self.writes.set(
             status=InstanceStatus.BUSY, busy_owner=owner, busy_since=self.engine.clock()
         )

@@ -166,6 +166,10 @@ def subflow_owner(child_id: uuid.UUID) -> str:
     return f"{SUBFLOW_OWNER_PREFIX}{child_id}"
 
 
+# The Busy owner of an instance paused for a long-poll acknowledgement: `longpoll:<token>`.
+LONG_POLL_OWNER_PREFIX = "longpoll:"
+
+
 def waiting_child(instance: InstanceSnapshot) -> uuid.UUID | None:
     """The SubFlow child a Busy parent waits for (its Busy owner names it), or None."""
     owner = instance.busy_owner

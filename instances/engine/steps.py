@@ -7,12 +7,13 @@ timeout trigger) keep their order and profile membership and do the minimal corr
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.utils.dateparse import parse_datetime, parse_duration
 
-from instances.engine.definition import TransitionKind
+from instances.engine.definition import DEFAULT_FALLBACK_SECONDS, TransitionKind
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import BUSY_EXEMPT, ForwardToSubflow, Rejected
 from instances.engine.ports import LockRelease
@@ -447,12 +448,33 @@ class SubFlowStep(Step):
 
 
 class LongPollTerminationStep(Step):
-    """75: long-poll pauses; nothing awaits an acknowledgement yet."""
+    """75: a state entered with `interaction.longPoll.terminate` pauses the run after OnEntry:
+    the instance stays Busy until the client's acknowledgement or the fallback job (due after
+    `fallbackTimeoutSeconds`) continues it with the steps from 79 on."""
 
     order = Order.LONG_POLL_TERMINATION
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        return Outcome.proceed()
+        if hop.transition.is_update_data or execution.lock_free:
+            return Outcome.proceed()
+        state = execution.definition.state(hop.target_state)
+        long_poll = state.long_poll
+        if long_poll is None or not long_poll.get("terminate"):
+            return Outcome.proceed()
+        execution.ensure_busy()
+        row = execution.transition_row(hop)
+        token = uuid.uuid5(row.id, "longpoll")
+        seconds = int(long_poll.get("fallbackTimeoutSeconds") or DEFAULT_FALLBACK_SECONDS)
+        execution.writes.jobs.append(
+            JobRow(
+                kind="longpoll-fallback",
+                run_at=execution.engine.clock() + timedelta(seconds=seconds),
+                state=state.key,
+                payload={"token": str(token), "state": state.key},
+            )
+        )
+        execution.awaiting_ack = token
+        return Outcome.skip_to_finalize()
 
 
 class ClearBusyOnResumeStep(Step):
@@ -685,7 +707,9 @@ class ResolveAvailableStep(Step):
         if first.resolves_incidents:
             # The retried run ended without a fault: what it repaired is closed with it.
             execution.writes.resolve_incidents = (first.resolves_incidents, first.actor)
-        if not completed and (execution.awaiting_child or execution.return_owner):
+        if not completed and (
+            execution.awaiting_child or execution.return_owner or execution.awaiting_ack
+        ):
             execution.wait_for_child()
             return Outcome.proceed()
         execution.release(InstanceStatus.COMPLETED if completed else InstanceStatus.ACTIVE)

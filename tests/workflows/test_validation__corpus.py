@@ -56,10 +56,10 @@ UNSUPPORTED_USES: dict[str, set[str]] = {
         ]
     },
     "Tasks/fan-out-documents/fan-out-documents-task.json": {FAN_OUT},
-    # Workflow queryRoles; a terminating long poll on leaf-waiting.
+    # Workflow queryRoles; the roles of the terminating long poll on leaf-waiting.
     "Workflows/authorization-chain-lab/authorization-chain-lab-leaf.json": {
         "query roles",
-        "long-poll interaction (interaction.longPoll)",
+        "long-poll roles (interaction.longPoll.roles)",
     },
     # A declared domain function (til-cached-echo).
     "Workflows/display-labels-lab/display-labels-lab.json": {"custom function"},

@@ -242,14 +242,14 @@ USES = [
         ["/attributes/errorBoundary/onTimeout", "/attributes/states/1/errorBoundary/onTimeout"],
     ),
     Use(
-        _row("long-poll"),
-        "terminating long poll",
+        _row("long-poll roles"),
+        "who may long-poll (the long-poll itself, with roles [], is executed)",
         setting(
             *REVIEW_PATH,
             "interaction",
-            value={"longPoll": {"terminate": True, "fallbackTimeoutSeconds": 30, "roles": []}},
+            value={"longPoll": {"terminate": True, "fallbackTimeoutSeconds": 30, "roles": ROLES}},
         ),
-        ["/attributes/states/1/interaction/longPoll"],
+        ["/attributes/states/1/interaction/longPoll/roles"],
     ),
     Use(
         _row("state notification"),

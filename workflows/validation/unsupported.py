@@ -129,11 +129,13 @@ def _boundary_timeouts(document: dict[str, Any], resolver: Resolver) -> Iterator
             yield (*path, "errorBoundary", "onTimeout")
 
 
-def _long_polls(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """`interaction.longPoll` set on a state; `interaction: null` or `{}` is none."""
+def _long_poll_roles(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
+    """`interaction.longPoll.roles` naming roles (`[]` is none): who may long-poll is a role
+    check; the long-poll itself is executed."""
     for path, state in _states(document):
-        if isinstance(_object(state.get("interaction")).get("longPoll"), dict):
-            yield (*path, "interaction", "longPoll")
+        long_poll = _object(_object(state.get("interaction")).get("longPoll"))
+        if _listed(long_poll, "roles"):
+            yield (*path, "interaction", "longPoll", "roles")
 
 
 def _state_list(field: str) -> Finder:
@@ -340,12 +342,11 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         "already match `Task:Http:Timeout` and `Script:Timeout`)",
     ),
     UnsupportedFeature(
-        feature="long-poll interaction (interaction.longPoll)",
+        feature="long-poll roles (interaction.longPoll.roles)",
         kinds=frozenset({WORKFLOW}),
-        where=f"{STATES}/interaction/longPoll",
-        find=_long_polls,
-        built_by="long-poll: state function wait, pipeline step 75, longpoll/ack and its "
-        "fallback job (seed 001 'State Interaction', API.md 3)",
+        where=f"{STATES}/interaction/longPoll/roles",
+        find=_long_poll_roles,
+        built_by="role checks: who may long-poll and acknowledge (seed 001 'State Interaction')",
     ),
     UnsupportedFeature(
         feature="state notification",
