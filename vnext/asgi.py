@@ -21,7 +21,9 @@ django_wsgi_app = get_wsgi_application()
 from a2wsgi import WSGIMiddleware  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
+from django.urls import path  # noqa: E402
 
+from instances.api.live import InstanceStateSocket  # noqa: E402
 from instances.api.longpoll import LongPollRouter, StateLongPoll  # noqa: E402
 from vnext.conf import vnext_setting  # noqa: E402
 
@@ -42,6 +44,14 @@ application = ProtocolTypeRouter(
                 workers=int(vnext_setting("HTTP_THREADS")),
             ),
         ),
-        "websocket": URLRouter([]),
+        # The live state of an instance (instances/api/live.py).
+        "websocket": URLRouter(
+            [
+                path(
+                    "ws/<str:domain>/workflows/<str:workflow>/instances/<str:instance>/",
+                    InstanceStateSocket.as_asgi(wsgi_app=django_wsgi_app),
+                )
+            ]
+        ),
     }
 )

@@ -114,7 +114,8 @@ class StateLongPoll:
         layer = get_channel_layer()
         channel = await layer.new_channel() if layer is not None else None
         groups = [
-            group_name(i) for i in await sync_to_async(_watched, thread_sensitive=False)(scope)
+            group_name(i)
+            for i in await sync_to_async(watched_instances, thread_sensitive=False)(scope)
         ]
         for group in groups if channel else []:
             await layer.group_add(group, channel)
@@ -154,8 +155,9 @@ def _wait_seconds(scope: Scope) -> float | None:
     return min(wait, float(vnext_setting("LONG_POLL_MAX_SECONDS")))
 
 
-def _watched(scope: Scope) -> list[uuid.UUID]:
-    # The instance and the subflows its state function describes (their changes change it).
+def watched_instances(scope: Scope) -> list[uuid.UUID]:
+    """The instance a state-function request names and the subflows its state function
+    describes: a change of any of them changes the answer."""
     match = STATE_PATH.match(scope["path"])
     assert match is not None
     instance = instance_snapshot(
