@@ -1,9 +1,9 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions`, `jobs`, `locks`, `subflows` and `serving` suites need PostgreSQL: before
-Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`,
-created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the
-test database. The other suites use no database.
+The `transitions`, `jobs`, `locks`, `subflows`, `longpoll` and `serving` suites need
+PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
+(`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never
+writes to the test database. The other suites use no database.
 """
 
 from __future__ import annotations
@@ -13,8 +13,17 @@ import sys
 
 import django
 
-SUITES = ("scripts", "validation", "transitions", "jobs", "locks", "subflows", "serving")
-DATABASE_SUITES = {"transitions", "jobs", "locks", "subflows", "serving"}
+SUITES = (
+    "scripts",
+    "validation",
+    "transitions",
+    "jobs",
+    "locks",
+    "subflows",
+    "longpoll",
+    "serving",
+)
+DATABASE_SUITES = {"transitions", "jobs", "locks", "subflows", "longpoll", "serving"}
 
 
 def main(argv: list[str]) -> None:
@@ -33,6 +42,7 @@ def main(argv: list[str]) -> None:
     from bench import (
         bench_jobs,
         bench_locks,
+        bench_longpoll,
         bench_scripts,
         bench_serving,
         bench_subflows,
@@ -47,6 +57,7 @@ def main(argv: list[str]) -> None:
         "jobs": bench_jobs.main,
         "locks": bench_locks.main,
         "subflows": bench_subflows.main,
+        "longpoll": bench_longpoll.main,
         "serving": bench_serving.main,
     }
     from bench.summary import print_summary

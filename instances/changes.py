@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 import uuid
 from functools import partial
 
@@ -58,7 +59,10 @@ def _publish(instance_id: str) -> None:
         loop = _sender()
     try:
         future = asyncio.run_coroutine_threadsafe(
-            layer.group_send(group_name(instance_id), {"type": CHANGED, "id": instance_id}), loop
+            layer.group_send(
+                group_name(instance_id), {"type": CHANGED, "id": instance_id, "at": time.time()}
+            ),
+            loop,
         )
     except RuntimeError:  # the loop is shutting down
         return

@@ -16,6 +16,7 @@ import asyncio
 import io
 import json
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -86,6 +87,9 @@ class StateLongPoll:
 
     def __init__(self, wsgi_app: WsgiApp) -> None:
         self.wsgi_app = wsgi_app
+        # Reads in flight, by request signature: the clients one change wakes share one read
+        # (100 parked clients of an instance cost one state read, not 100).
+        self._reads: dict[tuple[bytes, ...], tuple[float, asyncio.Future[Answer]]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer at once unless the client holds the current eTag; else park until a change."""
@@ -105,6 +109,23 @@ class StateLongPoll:
     async def _read(self, scope: Scope) -> Answer:
         return await sync_to_async(call_wsgi, thread_sensitive=False)(self.wsgi_app, scope)
 
+    async def _shared_read(self, scope: Scope, not_before: float) -> Answer:
+        """A read of the state as this request would make it, joining one in flight for the
+        same request when that one started at `not_before` (the commit a wake announced) or
+        later, so it sees that commit."""
+        key = _signature(scope)
+        current = self._reads.get(key)
+        if current is not None and current[0] >= not_before and not current[1].done():
+            return await asyncio.shield(current[1])
+        read = asyncio.ensure_future(self._read(scope))
+        self._reads[key] = (time.time(), read)
+        read.add_done_callback(lambda done: self._forget(key, done))
+        return await asyncio.shield(read)
+
+    def _forget(self, key: tuple[bytes, ...], read: asyncio.Future[Answer]) -> None:
+        if self._reads.get(key, (0.0, None))[1] is read:
+            del self._reads[key]
+
     async def _park(
         self, scope: Scope, receive: Receive, send: Send, wait: float, answer: Answer
     ) -> None:
@@ -121,10 +142,11 @@ class StateLongPoll:
             await layer.group_add(group, channel)
         gone = asyncio.ensure_future(receive())
         recheck = float(vnext_setting("LONG_POLL_RECHECK_SECONDS"))
+        not_before = time.time()
         try:
             while True:
                 # Read again after joining: a change just before the join is not missed.
-                answer = await self._read(scope)
+                answer = await self._shared_read(scope, not_before)
                 remaining = deadline - loop.time()
                 if answer.status != 304 or remaining <= 0:
                     break
@@ -137,11 +159,21 @@ class StateLongPoll:
                     message.cancel()
                 if gone in done:
                     return  # the client went away: nothing to answer
+                woken = message.result() if message is not None and message in done else {}
+                # A wake reads what its commit wrote; a periodic re-read reads afresh.
+                not_before = float(woken.get("at") or time.time())
             await _send(send, answer)
         finally:
             gone.cancel()
             for group in groups if channel else []:
                 await layer.group_discard(group, channel)
+
+
+def _signature(scope: Scope) -> tuple[bytes, ...]:
+    # What makes two requests' answers the same: the path and the headers the view reads.
+    headers = dict(scope.get("headers", []))
+    names = (b"authorization", b"cookie", b"accept-language", b"if-none-match", b"host")
+    return (scope["path"].encode(), *(headers.get(name, b"") for name in names))
 
 
 def _wait_seconds(scope: Scope) -> float | None:
