@@ -4,6 +4,7 @@ worker was SIGKILLed mid-pipeline after its lease expired, leaving one history r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,8 +17,14 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.testing import ApplicationCommunicator
+from django.contrib.auth.models import User
+from django.core.wsgi import get_wsgi_application
 from django.db import connection
+from rest_framework.authtoken.models import Token
 
+from instances.api.longpoll import StateLongPoll
 from instances.models import Correlation, Instance, InstanceTransition, Job
 from instances.queue import jobs_dispatch_due
 from instances.tasks import job_run_task
@@ -50,8 +57,9 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "c
 class Worker:
     """A `celery worker` subprocess on the test database."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
+        self.extra_env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -64,6 +72,7 @@ class Worker:
             "VNEXT_JOB_DISPATCH": "celery",
             "VNEXT_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
             "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
         }
         env.pop("DJANGO_SETTINGS_MODULE", None)
         handle = self.log.open("ab")
@@ -332,3 +341,86 @@ def test_a_worker_killed_while_a_child_starts_leaves_one_child_and_one_correlati
     assert row.data["child"] == {"from": "parent"}
     assert instance(str(kid.pk)).current_state == "c-done"
     assert Job.objects.get(pk=start_job.pk).attempts == 2
+
+
+@pytest.fixture
+def slow_base() -> Iterator[str]:
+    """A loopback HTTP server whose `/slow?ms=N` answers after N ms."""
+    with http_server() as base_url:
+        yield base_url
+
+
+def test_a_commit_by_a_worker_wakes_a_client_parked_in_another_process(
+    operator_client, broker, tmp_path, settings, slow_base
+):
+    # The parked long-poll runs here, on the Redis channel layer; the transition runs in the
+    # Celery worker (another process), whose commit announces the change through Redis.
+    layer_url = "redis://127.0.0.1:6379/12"
+    redis.Redis.from_url(layer_url).flushdb()
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [layer_url]},
+        }
+    }
+    settings.VNEXT = {**settings.VNEXT, "LONG_POLL_RECHECK_SECONDS": 3600.0}
+    document = ping_pong()
+    document["attributes"]["states"][0]["transitions"][0]["onExecutionTasks"] = [
+        http_ref("slow-call")
+    ]
+    publish(http_task("slow-call", f"{slow_base}/slow?ms=2500"), document)
+    base = BASE.format("ping-pong")
+    instance_id = operator_client.post(f"{base}/start?sync=true", {}, format="json").json()["id"]
+    token = Token.objects.create(user=User.objects.get(username="operator")).key
+    path = f"{base}/{instance_id}/functions/state"
+    etag = operator_client.get(path)["ETag"].strip('"')
+    running = Worker(tmp_path / "worker.log", {"CHANNEL_LAYER_URL": layer_url})
+    running.start()
+    try:
+
+        def scope_with(etag: str) -> dict[str, Any]:
+            return {
+                "type": "http", "http_version": "1.1", "method": "GET", "scheme": "http",
+                "path": path, "raw_path": path.encode(), "root_path": "",
+                "query_string": b"wait=30",
+                "headers": [
+                    (b"authorization", f"Token {token}".encode()),
+                    (b"if-none-match", f'"{etag}"'.encode()),
+                ],
+                "server": ("testserver", 80), "client": ("127.0.0.1", 5000),
+            }  # fmt: skip
+
+        async def parked(etag: str) -> tuple[ApplicationCommunicator, bool]:
+            app = StateLongPoll(get_wsgi_application())
+            communicator = ApplicationCommunicator(app, scope_with(etag))
+            await communicator.send_input({"type": "http.request", "body": b""})
+            return communicator, await communicator.receive_nothing(timeout=0.3)
+
+        async def answer(communicator: ApplicationCommunicator) -> tuple[int, dict[str, Any]]:
+            start = await communicator.receive_output(30)
+            body = await communicator.receive_output(30)
+            return start["status"], json.loads(body["body"])
+
+        async def scenario() -> tuple[int, bytes, float]:
+            # Each change ends a wait; the client parks again with the eTag it got. The last
+            # change, pong, is committed by the worker 2.5 s into its slow task.
+            communicator, _ = await parked(etag)
+            accepted = await sync_to_async(operator_client.patch)(
+                f"{base}/{instance_id}/transitions/to-pong", {}, format="json"
+            )
+            assert accepted.status_code == 202
+            for _ in range(10):
+                since = time.monotonic()
+                status, body = await answer(communicator)
+                if body["state"] == "pong":
+                    return status, json.dumps(body).encode(), time.monotonic() - since
+                communicator, was_parked = await parked(body["eTag"])
+                assert was_parked or body["status"] == "B"
+            raise AssertionError("pong never came")
+
+        status, body, waited = async_to_sync(scenario)()
+    finally:
+        running.stop()
+    assert status == 200
+    assert json.loads(body)["state"] == "pong"
+    assert waited < 15, waited  # the worker's commit woke it, not the hour-long re-read
