@@ -398,7 +398,15 @@ class InstanceFunctionView(APIView):
     """Built-in functions: state, data, view, schema."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("transitionKey", str)],
+        parameters=[
+            OpenApiParameter("transitionKey", str),
+            OpenApiParameter(
+                "wait",
+                float,
+                description="state only: with If-None-Match = the current eTag, hold the "
+                "request up to this many seconds for a change (long-poll), then 304",
+            ),
+        ],
         responses={200: OpenApiTypes.OBJECT, 304: None},
         summary="Built-in instance function",
     )
