@@ -4,6 +4,7 @@ schema) of API.md section 3."""
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -187,12 +188,15 @@ def subflow_chain(instance: InstanceSnapshot) -> list[SubflowLevel]:
     return levels
 
 
-def chain_etag(instance: InstanceSnapshot, levels: list[SubflowLevel]) -> str:
-    """The state function's ETag: it changes when any instance of the chain changes."""
-    if not levels:
-        return instance.etag
-    joined = ".".join([instance.etag, *(level.child.etag for level in levels)])
-    return hashlib.sha256(joined.encode()).hexdigest()[:32]
+def with_state_etag(body: dict[str, Any]) -> dict[str, Any]:
+    """Stamp the state function's body with its eTag: a digest of everything else in it, so it
+    changes exactly when what a client sees changes (state, status, transitions, timers,
+    correlations, the incident block) and not on data-only writes."""
+    content = {key: value for key, value in body.items() if key != "eTag"}
+    digest = hashlib.sha256(
+        json.dumps(content, sort_keys=True, separators=(",", ":"), default=str).encode()
+    )
+    return {**content, "eTag": digest.hexdigest()[:32]}
 
 
 def active_correlations(
@@ -300,7 +304,6 @@ def state_function(
         "activeCorrelations": correlations or [],
         "transitions": transitions,
         "incident": incident_block(instance, incident),
-        "eTag": instance.etag,
     }
     deadline = (
         Job.objects.filter(instance_id=instance.id, kind=JobKind.TIMEOUT, status=JobStatus.PENDING)

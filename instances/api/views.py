@@ -23,7 +23,6 @@ from instances.selectors import (
     active_correlations,
     active_incident,
     active_incidents,
-    chain_etag,
     data_function,
     incident_body,
     incident_page,
@@ -35,6 +34,7 @@ from instances.selectors import (
     state_function,
     subflow_chain,
     view_function,
+    with_state_etag,
 )
 from instances.services import (
     InstanceOutcome,
@@ -420,22 +420,25 @@ class InstanceFunctionView(APIView):
         if function == "state":
             # A parent waiting on a SubFlow chain describes its leaf (seed 000).
             levels = subflow_chain(snapshot)
-            etag = chain_etag(snapshot, levels)
-            if _not_modified(request, etag):
-                return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
             base = request.path.rsplit("/functions/", 1)[0]
             correlations = active_correlations(snapshot, levels)
             if not levels:
                 body = state_function(definition, snapshot, base, correlations=correlations)
-                return _etag(Response(body), etag)
-            leaf = levels[-1].child
-            body = state_function(
-                workflow_definition(leaf.domain, leaf.workflow_key, leaf.workflow_version),
-                leaf,
-                base,
-                correlations=correlations,
-                data_base=f"/api/v1/{leaf.domain}/workflows/{leaf.workflow_key}/instances/{leaf.id}",
-            )
+            else:
+                leaf = levels[-1].child
+                body = state_function(
+                    workflow_definition(leaf.domain, leaf.workflow_key, leaf.workflow_version),
+                    leaf,
+                    base,
+                    correlations=correlations,
+                    data_base=(
+                        f"/api/v1/{leaf.domain}/workflows/{leaf.workflow_key}/instances/{leaf.id}"
+                    ),
+                )
+            body = with_state_etag(body)
+            etag = body["eTag"]
+            if _not_modified(request, etag):
+                return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
             return _etag(Response(body), etag)
         if function == "data":
             etag = snapshot.entity_etag

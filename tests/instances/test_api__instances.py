@@ -341,3 +341,29 @@ def test_list_pages_with_links(operator_client, flow):
 def test_anonymous_callers_get_401(client, flow):
     response = client.post(f"{BASE}/start", {}, content_type="application/json")
     assert response.status_code == 401
+
+
+def test_the_state_etag_follows_what_the_state_function_shows(operator_client):
+    # Not the row's every write: data-only changes keep it, an incident closed by an
+    # operator (no write to the instance row) changes it.
+    from instances.models import Incident, Instance
+    from tests.instances.workflows import ping_pong, publish
+
+    publish(ping_pong())
+    base = "/api/v1/core/workflows/ping-pong/instances"
+    instance_id = operator_client.post(f"{base}/start?sync=true", {}, format="json").json()["id"]
+    state_url = f"{base}/{instance_id}/functions/state"
+    first = operator_client.get(state_url)
+    etag = first["ETag"]
+    assert first.json()["eTag"] == etag.strip('"')
+    operator_client.patch(
+        f"{base}/{instance_id}/transitions/update-data?sync=true", {"a": 1}, format="json"
+    )
+    assert operator_client.get(state_url, headers={"If-None-Match": etag}).status_code == 304
+    Incident.objects.create(
+        instance=Instance.objects.get(pk=instance_id), state="ping", transition_key="x",
+        error_code="Task:Http:500", message="boom",
+    )  # fmt: skip
+    changed = operator_client.get(state_url, headers={"If-None-Match": etag})
+    assert changed.status_code == 200
+    assert changed.json()["incident"]["hasActiveIncident"] is True

@@ -232,7 +232,12 @@ def test_the_state_function_etag_follows_the_leaf(root):
     first = root.function(root_id, "state")
     etag = first["ETag"]
     assert root.function(root_id, "state", headers={"If-None-Match": etag}).status_code == 304
-    WorkflowApi(root.client, "chain-busy-leaf").fired(str(leaf.pk), "update-leaf-data", {})
+    leaf_api = WorkflowApi(root.client, "chain-busy-leaf")
+    # Data alone is not what the state function shows: the eTag stays.
+    leaf_api.fired(str(leaf.pk), "update-leaf-data", {})
+    assert root.function(root_id, "state", headers={"If-None-Match": etag}).status_code == 304
+    # The leaf's `$self` transition re-arms its timer: the state the root reports changed.
+    leaf_api.fired(str(leaf.pk), "leaf-only-mark")
     again = root.function(root_id, "state", headers={"If-None-Match": etag})
     assert again.status_code == 200
 
