@@ -255,7 +255,10 @@ def _text_literal(token: str) -> Any:
     keyword = token.lower()
     if keyword in ("true", "false", "null"):
         return {"true": True, "false": False, "null": None}[keyword]
-    number = float(token) if any(mark in token for mark in ".eE") else int(token)
+    try:
+        number = float(token) if any(mark in token for mark in ".eE") else int(token)
+    except ValueError:  # more digits than Python converts
+        raise _invalid(f"Number {token[:20]}... is out of range.") from None
     if not math.isfinite(number):
         raise _invalid(f"Number {token} is out of range.")
     return number
@@ -483,8 +486,9 @@ def _bounded_int(name: str, raw: str | None, *, default: int, maximum: int) -> i
     if raw is None or not raw.strip():
         return default
     text = raw.strip()
-    if not re.fullmatch(r"[0-9]+", text) or not 1 <= int(text) <= maximum:
-        raise _invalid(f"{name} must be an integer from 1 to {maximum}, got {raw!r}.")
+    if not re.fullmatch(r"[0-9]{1,9}", text) or not 1 <= int(text) <= maximum:
+        shown = raw if len(raw) <= 40 else f"{raw[:40]}..."
+        raise _invalid(f"{name} must be an integer from 1 to {maximum}, got {shown!r}.")
     return int(text)
 
 

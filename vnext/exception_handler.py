@@ -7,7 +7,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import DataError
 from django.http import Http404, HttpRequest
 from rest_framework import exceptions, status
 from rest_framework.negotiation import BaseContentNegotiation
@@ -87,6 +89,20 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             exc.error, exc.detail, violations=exc.violations, instance_id=exc.instance_id
         )
         return _problem(body, exc.http_status, request)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        body = problem_body(
+            Codes.APP_PAYLOAD_TOO_LARGE, f"the request body is larger than {limit} bytes"
+        )
+        return _problem(body, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, request)
+    if isinstance(exc, DataError):
+        # The database refused a value the request carried before anything was written (a NUL
+        # character in a key, a reference or a filter): the request is at fault, not the server.
+        body = problem_body(
+            Codes.APP_INVALID_REQUEST,
+            "the request carries a value the database cannot hold (a NUL character?)",
+        )
+        return _problem(body, status.HTTP_400_BAD_REQUEST, request)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, PermissionDenied):

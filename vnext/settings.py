@@ -110,6 +110,11 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous")
 
 REST_FRAMEWORK = {
+    "DEFAULT_PARSER_CLASSES": [
+        "vnext.parsers.JsonParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous API call then gets 401 with `WWW-Authenticate: Token`.
         "vnext.authentication.CachedTokenAuthentication",

@@ -25,6 +25,7 @@ class Codes:
     APP_METHOD_NOT_ALLOWED = ErrorCode("App:900005", 405, "Method not allowed")
     APP_UNSUPPORTED_MEDIA = ErrorCode("App:900007", 415, "Unsupported media type")
     APP_THROTTLED = ErrorCode("App:900008", 429, "Too many requests")
+    APP_PAYLOAD_TOO_LARGE = ErrorCode("App:900009", 413, "Request body too large")
     APP_INTERNAL = ErrorCode("App:900000", 500, "Internal error")
     AUTHORIZATION_DENIED = ErrorCode("Authorization:110001", 403, "Not allowed")
 
