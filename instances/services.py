@@ -650,7 +650,8 @@ def _request(
         trigger=Trigger.MANUAL,
         attributes=payload.attributes,
         body=body,
-        headers=dict(info.headers or {}),
+        # Scripts see the caller's headers but never its credentials (as jobs never store them).
+        headers={k: v for k, v in (info.headers or {}).items() if k not in _SECRET_HEADERS},
         query=dict(info.query or {}),
         actor=info.actor,
         stage=payload.stage,

@@ -5,6 +5,7 @@ journalled `failed` and the run goes on, under a task-level Abort boundary it fa
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -276,3 +277,44 @@ def test_no_open_incident_is_a_404_with_its_code(operator_client):
     created = operator_client.post(f"{BASE}/start?sync=true", {}, format="json").json()
     response = operator_client.get(f"{BASE}/{created['id']}/incidents/active")
     assert (response.status_code, response.json()["errorCode"]) == (404, "Instance:100037")
+
+
+def test_scripts_never_see_the_callers_credentials(operator_client):
+    # A subflow mapping that hands every request header to the child as its data: the caller's
+    # Authorization, Cookie and API key must not be among them (another user could read them).
+    from instances.models import Instance
+    from tests.engine.builders import script, state, transition, workflow
+    from tests.instances.workflows import publish as publish_documents
+
+    child = workflow([state("c", 1)], key="snooped")
+    child["attributes"]["type"] = "S"
+    subflow = {
+        "type": "S",
+        "process": {"key": "snooped", "domain": "core", "version": "1.0.0", "flow": "sys-flows"},
+        "mapping": script(
+            "def input_handler(context):\n"
+            "    return ScriptResponse(data={'seen': dict(context.headers)})\n"
+        ),
+    }
+    parent = workflow(
+        [state("a", 1, [transition("go", "b")]), state("b", 4, subFlow=subflow)], key="snoop"
+    )
+    publish_documents(child, parent)
+    base = "/api/v1/core/workflows/snoop/instances"
+    instance_id = operator_client.post(f"{base}/start?sync=true", {}, format="json").json()["id"]
+    answer = operator_client.patch(
+        f"{base}/{instance_id}/transitions/go?sync=true",
+        {},
+        format="json",
+        headers={
+            "Authorization": "Token secret-token",
+            "Cookie": "sessionid=secret",
+            "X-Api-Key": "secret-key",
+            "X-Trace": "kept",
+        },
+    )
+    assert answer.status_code == 200, answer.json()
+    seen = Instance.objects.get(workflow_key="snooped").data["seen"]
+    assert seen["x-trace"] == "kept"
+    assert not {"authorization", "cookie", "x-api-key"} & set(seen)
+    assert "secret" not in json.dumps(seen)
