@@ -32,7 +32,7 @@ class Command(BaseCommand):
         except FileNotFoundError as exc:
             raise CommandError(str(exc)) from exc
         quiet = options["no_progress"] or options["verbosity"] == 0
-        items = [load_file(path) for path in tqdm(files, desc="reading", disable=quiet)]
+        items = [load_file(path, root) for path, root in tqdm(files, desc="reading", disable=quiet)]
         pending = [item for item in items if item.status == "pending"]
         with tqdm(total=len(pending), desc=self.verb, disable=quiet) as bar:
             components_publish_batch(
