@@ -64,6 +64,9 @@ class Codes:
         "Task:Instance:404", 502, "Instance the task reads is missing"
     )
     TASK_UNSUPPORTED = ErrorCode("Task:Unsupported", 502, "Task type is not supported here")
+    TASK_DOMAIN_DENIED = ErrorCode(
+        "Task:DomainDenied", 403, "A task may only reach instances of its workflow's domain"
+    )
     TASK_TRIGGER_CONFIG = ErrorCode(
         "Task:Trigger:Config", 502, "Trigger task configuration is incomplete"
     )

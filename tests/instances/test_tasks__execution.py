@@ -204,6 +204,26 @@ def test_get_instance_data_task_reads_another_instance(operator_client):
     assert response.json()["attributes"]["otherData"] == {"customer": "other-one"}
 
 
+def test_an_instance_data_task_may_not_read_another_domain(operator_client):
+    lookup = {
+        "key": "read-other",
+        "domain": "core",
+        "version": "1.0.0",
+        "flow": "sys-tasks",
+        "flowVersion": "1.0.0",
+        "tags": ["test"],
+        "attributes": {"type": "13", "config": {"domain": "payments", "flow": "calls"}},
+    }
+    publish(lookup, calls_workflow([http_ref("read-other", mapping=GET_DATA)]))
+    other = operator_client.post(f"{BASE}/start?sync=true", {"customer": "x"}, format="json")
+    created = operator_client.post(
+        f"{BASE}/start?sync=true", {"customer": "me", "other": other.json()["id"]}, format="json"
+    ).json()
+    operator_client.patch(f"{BASE}/{created['id']}/transitions/call?sync=true", {}, format="json")
+    (row,) = InstanceTask.objects.filter(instance_id=created["id"], task_key="read-other")
+    assert (row.status, row.error_code) == ("failed", "Task:DomainDenied")
+
+
 def test_unsupported_task_type_fails_clearly(operator_client):
     dapr = {
         "key": "dapr-call",

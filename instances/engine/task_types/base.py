@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from instances.engine.errors import ErrorCode
+from instances.engine.errors import Codes, ErrorCode
 from instances.engine.ports import InstanceReader, InstanceWriter, SubprocessParent
 from instances.engine.script_wire import ScriptObject
 
@@ -90,3 +90,16 @@ def accepted(status: int, patterns: list[str]) -> bool:
         len(p) == 3 and all(c in ("x", s) for c, s in zip(p.lower(), text, strict=True))
         for p in patterns
     )
+
+
+def own_domain(call: TaskCall) -> str:
+    """The domain a task reaches: its `domain` setting, which must be its workflow's own (no
+    workflow is granted another domain yet)."""
+    asked = str(call.task.get("domain") or call.domain)
+    if asked != call.domain:
+        raise TaskFailure(
+            Codes.TASK_DOMAIN_DENIED,
+            f"task {call.task.get('task_key')} reaches domain {asked!r}; a workflow of "
+            f"{call.domain!r} may only reach its own domain",
+        )
+    return asked

@@ -13,7 +13,13 @@ from typing import Any
 
 from instances.engine.errors import Codes
 from instances.engine.ports import InstanceAnswer, SubprocessParent
-from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure, accepted
+from instances.engine.task_types.base import (
+    StandardResponse,
+    TaskCall,
+    TaskFailure,
+    accepted,
+    own_domain,
+)
 
 
 def execute_start_flow(call: TaskCall) -> StandardResponse:
@@ -37,7 +43,7 @@ def execute_direct_trigger(call: TaskCall) -> StandardResponse:
     if not transition:
         raise TaskFailure(Codes.TASK_TRIGGER_CONFIG, "a direct trigger needs transitionName")
     answer = writer.trigger(
-        domain=str(task.get("domain") or call.domain),
+        domain=own_domain(call),
         flow=str(task.get("flow") or ""),
         ref=ref,
         transition=transition,
@@ -52,7 +58,7 @@ def _start(call: TaskCall, *, parent: SubprocessParent | None) -> StandardRespon
     writer = _writer(call)
     flow = str(task.get("flow") or "")
     answer = writer.start(
-        domain=str(task.get("domain") or call.domain),
+        domain=own_domain(call),
         flow=flow,
         version=str(task.get("version")) if task.get("version") else None,
         key=str(task.get("key")) if task.get("key") else None,

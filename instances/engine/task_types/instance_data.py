@@ -4,7 +4,12 @@ instances through the engine's `InstanceReader` port."""
 from __future__ import annotations
 
 from instances.engine.errors import Codes
-from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
+from instances.engine.task_types.base import (
+    StandardResponse,
+    TaskCall,
+    TaskFailure,
+    own_domain,
+)
 
 
 def _one(call: TaskCall) -> dict:
@@ -12,9 +17,7 @@ def _one(call: TaskCall) -> dict:
     if call.reader is None:
         raise TaskFailure(Codes.TASK_UNSUPPORTED, "no instance reader is configured")
     ref = str(task.get("instance_id") or task.get("key") or "")
-    found = call.reader.instance(
-        str(task.get("domain") or call.domain), str(task.get("flow") or ""), ref
-    )
+    found = call.reader.instance(own_domain(call), str(task.get("flow") or ""), ref)
     if found is None:
         raise TaskFailure(
             Codes.TASK_INSTANCE_NOT_FOUND, f"instance {ref!r} of {task.get('flow')} not found"
@@ -40,7 +43,7 @@ def execute_get_instances(call: TaskCall) -> StandardResponse:
     filters = task.get("filter")
     filter_text = " and ".join(filters) if isinstance(filters, list) else filters
     items = call.reader.instances(
-        str(task.get("domain") or call.domain),
+        own_domain(call),
         str(task.get("flow") or ""),
         filter_text=filter_text or None,
         page=int(task.get("page") or 1),
