@@ -5,6 +5,8 @@ from pathlib import Path
 
 import environ
 
+from vnext.secret_key import installation_secret_key
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -12,8 +14,11 @@ if (BASE_DIR / ".env").is_file():
     environ.Env.read_env(BASE_DIR / ".env")
 
 DEBUG = env.bool("DEBUG", default=False)
-# The default key only suits the embedded single-machine mode; production sets SECRET_KEY.
-SECRET_KEY = env.str("SECRET_KEY", default="vnext-embedded-insecure-key-change-me-in-production")
+# No public default: without SECRET_KEY the installation generates its own once, in var/
+# (owner-only); `check --deploy` warns about it (vnext/secret_key.py). Production sets it.
+SECRET_KEY_FILE = env.path("VNEXT_SECRET_KEY_FILE", default=BASE_DIR / "var" / "secret_key")
+SECRET_KEY_GENERATED = not env.str("SECRET_KEY", default="")
+SECRET_KEY = env.str("SECRET_KEY", default="") or installation_secret_key(Path(SECRET_KEY_FILE))
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
