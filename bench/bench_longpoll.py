@@ -20,71 +20,26 @@ from rest_framework.authtoken.models import Token
 from bench.bench_transitions import INFO, prepare_database
 from bench.summary import record
 from bench.timing import percentile
-from instances.api.longpoll import StateLongPoll
+from bench.transition_workflows import DOMAIN, NO_TASK
+from instances.api.longpoll import StateLongPoll, get_scope
 from instances.services import instance_start, instance_transition
-from workflows.services import component_publish
 
 CLIENTS = 100
 ROUNDS = 5
-LABELS = [{"label": "x", "language": "en"}]
-
-
-def _workflow() -> dict[str, Any]:
-    def transition(key: str, target: str) -> dict[str, Any]:
-        return {
-            "key": key,
-            "target": target,
-            "triggerType": 0,
-            "versionStrategy": "None",
-            "labels": LABELS,
-        }
-
-    def state(key: str, state_type: int, transitions: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "key": key,
-            "stateType": state_type,
-            "versionStrategy": "None",
-            "labels": LABELS,
-            "transitions": transitions,
-        }
-
-    return {
-        "key": "poll-bench",
-        "flow": "sys-flows",
-        "domain": "core",
-        "version": "1.0.0",
-        "flowVersion": "1.0.0",
-        "tags": ["bench"],
-        "attributes": {
-            "type": "F",
-            "labels": LABELS,
-            "startTransition": transition("start", "ping"),
-            "states": [
-                state("ping", 1, [transition("to-pong", "pong")]),
-                state("pong", 2, [transition("to-ping", "ping")]),
-            ],
-        },
-    }
 
 
 def _scope(instance_id: str, token: str, etag: str | None, wait: str) -> dict[str, Any]:
-    path = f"/api/v1/core/workflows/poll-bench/instances/{instance_id}/functions/state"
     headers = [(b"authorization", f"Token {token}".encode())]
     if etag:
         headers.append((b"if-none-match", f'"{etag}"'.encode()))
-    return {
-        "type": "http",
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": f"wait={wait}".encode(),
-        "headers": headers,
-        "server": ("127.0.0.1", 8000),
-        "client": ("127.0.0.1", 1),
-    }
+    return dict(
+        get_scope(
+            f"/api/v1/{DOMAIN}/workflows/{NO_TASK}/instances/{instance_id}/functions/state",
+            headers,
+            query=f"wait={wait}".encode(),
+            server=("127.0.0.1", 8000),
+        )
+    )
 
 
 async def _answer(communicator: ApplicationCommunicator) -> tuple[int, bytes, float]:
@@ -98,15 +53,14 @@ def main() -> None:
     # Persistent connections in every thread, as `make run` serves (vnext_run sets them).
     connections.settings["default"]["CONN_MAX_AGE"] = 300
     connection.settings_dict["CONN_MAX_AGE"] = 300
-    prepare_database()
-    component_publish(document=_workflow())
+    prepare_database()  # publishes the bench's ping-pong workflows
     from django.contrib.auth import get_user_model
 
     user, _ = get_user_model().objects.get_or_create(username="bench-poller", is_superuser=True)
     token = str(Token.objects.get_or_create(user=user)[0].key)
     app = StateLongPoll(get_wsgi_application())
     instance_id = str(
-        instance_start(domain="core", workflow="poll-bench", body={}, info=INFO).instance.id
+        instance_start(domain=DOMAIN, workflow=NO_TASK, body={}, info=INFO).instance.id
     )
     state = {"now": "ping"}
     wakes: list[float] = []
@@ -144,8 +98,8 @@ def main() -> None:
         def commit() -> None:
             key = "to-pong" if state["now"] == "ping" else "to-ping"
             instance_transition(
-                domain="core",
-                workflow="poll-bench",
+                domain=DOMAIN,
+                workflow=NO_TASK,
                 ref=instance_id,
                 transition_key=key,
                 body={},

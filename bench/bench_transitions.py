@@ -316,7 +316,7 @@ def throughput() -> dict[str, Throughput]:
         FsmDriver(),
         FsmLibraryDriver(),
         EngineDriver("engine, no task (instance_transition)", NO_TASK),
-        EngineDriver("engine, script task (Busy CAS path)", WITH_TASK),
+        EngineDriver("engine, script task (1 worker exchange)", WITH_TASK),
     ]
     try:
         for driver in drivers:

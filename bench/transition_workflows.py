@@ -2,9 +2,10 @@
 
 Domain `bench`; `ping` (Initial) and `pong` (Intermediate); manual transitions `to-pong`
 (ping -> pong) and `to-ping` (pong -> ping); `versionStrategy` "None" everywhere, no schema, no
-view, no scripts. The `-task` variant runs one script task (type 7) on both transitions, so each
-of its transitions takes the Busy flag by compare-and-set first; the task's mapping has an input
-and an output handler returning `{}`: two handlers, run in one worker exchange per transition.
+view, no scripts. The `-task` variant runs one script task (type 7) on both transitions: a
+script task touches nothing outside the script worker, so its transition commits once, guarded by
+the state it loaded, without taking the Busy flag; the task's mapping has an input and an output
+handler returning `{}`: two handlers, run in one worker exchange per transition.
 """
 
 from __future__ import annotations

@@ -299,21 +299,27 @@ def _handle_transition(job: Job) -> None:
     _execute(job, loaded, request, reserved=not lock_free)
 
 
-def _execute(job: Job, loaded: _Loaded, request: TransitionRequest, *, reserved: bool) -> None:
-    """Run `request` for `job`, under the reservation it took (unless lock-free): a run that
-    faults the instance ends the job `instance_faulted`, one refused ends it `skipped`. The
-    hand-off jobs the run queued (subflow starts, resumes, ends) run next, here."""
+def _execute(
+    job: Job,
+    loaded: _Loaded,
+    request: TransitionRequest,
+    *,
+    reserved: bool,
+    busy_waits: bool = False,
+) -> None:
+    """Run `request` for `job` as its claim's owner, under the reservation it took when
+    `reserved`: a run that faults the instance ends the job `instance_faulted`, one refused ends
+    it `skipped` (or, with `busy_waits`, retries later when the instance is Busy). The hand-off
+    jobs the run queued (subflow starts, resumes, ends) run next, here."""
     try:
         execution = engine().execute(
-            loaded.definition,
-            loaded.instance,
-            request,
-            owner=job.lease_owner if reserved else None,
-            reserved=reserved,
+            loaded.definition, loaded.instance, request, owner=job.lease_owner, reserved=reserved
         )
     except PipelineFault as fault:
         raise InstanceFaulted(fault.code, fault.message) from fault
     except Rejected as refused:
+        if busy_waits and refused.error == Codes.INSTANCE_BUSY:
+            raise RetryLater(refused.detail, delay=0.5) from refused
         raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
     except ForwardToSubflow as forwarded:
         raise JobSkipped(
@@ -454,16 +460,7 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
         row_seed=uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}"),
         attempt=job.attempts,
     )
-    try:
-        execution = engine().execute(definition, instance, request, owner=job.lease_owner)
-    except PipelineFault as fault:
-        raise InstanceFaulted(fault.code, fault.message) from fault
-    except Rejected as refused:
-        if refused.error == Codes.INSTANCE_BUSY:
-            raise RetryLater(refused.detail, delay=0.5) from refused
-        raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
-    if execution.relays:
-        relays_run(instance.id)
+    _execute(job, loaded, request, reserved=False, busy_waits=True)
 
 
 def _handle_subflow_resume(job: Job) -> None:
@@ -647,6 +644,7 @@ class ServiceInstanceWriter:
         tags: list[str],
         body: dict[str, Any],
         sync: bool,
+        headers: dict[str, str],
         parent: SubprocessParent | None = None,
     ) -> InstanceAnswer:
         """Start an instance (a SubProcess child when `parent` is given); 409 when a live
@@ -654,7 +652,7 @@ class ServiceInstanceWriter:
         request: dict[str, Any] = {"attributes": body, "tags": tags}
         if key:
             request["key"] = key
-        info = RequestInfo(actor="task", headers={})
+        info = RequestInfo(actor="task", headers=headers)
 
         def run() -> InstanceOutcome:
             if parent is not None:
@@ -700,10 +698,11 @@ class ServiceInstanceWriter:
         transition: str,
         body: dict[str, Any],
         sync: bool,
+        headers: dict[str, str],
     ) -> InstanceAnswer:
         """Run `transition` on instance `ref` of `flow`, as `PATCH .../transitions/...`."""
         run = instance_transition if sync else instance_transition_accept
-        info = RequestInfo(actor="task", headers={})
+        info = RequestInfo(actor="task", headers=headers)
         answer = _answer_of(
             lambda: run(
                 domain=domain,

@@ -201,8 +201,7 @@ class OrmStore:
         """Move Busy ownership from an accept's `reservation` (or an earlier claim of job
         `job_id`) to this claim's `token`; False when the instance is no longer reserved."""
         owners = Q(busy_owner=reservation) | Q(busy_owner__startswith=f"job:{job_id}:")
-        taken = Instance.objects.filter(owners, id=instance_id, status=InstanceStatus.BUSY)
-        return bool(taken.update(busy_owner=token, busy_since=timezone.now()))
+        return _move_busy_owner(instance_id, owners, token)
 
     def busy_since_before(self, cutoff: datetime) -> list[tuple[uuid.UUID, str]]:
         """`(id, owner)` of every instance Busy since before `cutoff` (the reaper's candidates)."""
@@ -320,12 +319,8 @@ class OrmStore:
         self, instance_id: uuid.UUID, from_owner: str, to_owner: str
     ) -> InstanceSnapshot | None:
         """Busy owner `from_owner` -> `to_owner` by compare-and-set; None when it is not held."""
-        taken = Instance.objects.filter(
-            pk=instance_id, status=InstanceStatus.BUSY, busy_owner=from_owner
-        ).update(busy_owner=to_owner, busy_since=timezone.now(), etag=new_etag())
-        if taken:
-            instance_changed(instance_id)
-        return self.load(instance_id) if taken else None
+        moved = _move_busy_owner(instance_id, Q(busy_owner=from_owner), to_owner)
+        return self.load(instance_id) if moved else None
 
     def flush(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
@@ -431,6 +426,12 @@ class OrmStore:
             )
         if writes.children_end is not None:
             _end_children(instance_id, writes.children_end)
+
+
+def _move_busy_owner(instance_id: uuid.UUID, owners: Q, to_owner: str) -> bool:
+    # Who holds Busy changes, nothing a client sees does: no new eTag, no change notification.
+    taken = Instance.objects.filter(owners, id=instance_id, status=InstanceStatus.BUSY)
+    return bool(taken.update(busy_owner=to_owner, busy_since=timezone.now()))
 
 
 # --- subflows: rows another instance's flush writes ----------------------------------------------

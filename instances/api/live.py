@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from instances.api.longpoll import Answer, call_wsgi, watched_instances
+from instances.api.longpoll import Answer, call_wsgi, get_scope, watched_instances
 from instances.changes import group_name, serving_in
 
 
@@ -80,7 +81,7 @@ class InstanceStateSocket(AsyncWebsocketConsumer):
             self.wsgi_app, self._state_scope()
         )
 
-    def _state_scope(self) -> dict[str, Any]:
+    def _state_scope(self) -> MutableMapping[str, Any]:
         route = self.scope["url_route"]["kwargs"]
         path = (
             f"/api/v1/{route['domain']}/workflows/{route['workflow']}/instances/"
@@ -99,19 +100,12 @@ class InstanceStateSocket(AsyncWebsocketConsumer):
         token = parse_qs(self.scope.get("query_string", b"").decode("latin1")).get("token")
         if token and not any(name == b"authorization" for name, _ in headers):
             headers.append((b"authorization", f"Token {token[0]}".encode("latin1")))
-        return {
-            "type": "http",
-            "http_version": "1.1",
-            "method": "GET",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": headers,
-            "server": self.scope.get("server") or ("localhost", 80),
-            "client": self.scope.get("client") or ("127.0.0.1", 0),
-        }
+        return get_scope(
+            path,
+            headers,
+            server=self.scope.get("server") or ("localhost", 80),
+            client=self.scope.get("client") or ("127.0.0.1", 0),
+        )
 
 
 def _same_origin(headers: dict[bytes, bytes]) -> bool:

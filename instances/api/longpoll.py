@@ -63,6 +63,31 @@ class Answer:
     body: bytes
 
 
+def get_scope(
+    path: str,
+    headers: list[tuple[bytes, bytes]],
+    *,
+    query: bytes = b"",
+    server: tuple[str, int] = ("localhost", 80),
+    client: tuple[str, int] = ("127.0.0.1", 0),
+) -> Scope:
+    """The ASGI scope of a `GET path` with `headers`: how the long-poll and the live socket ask
+    the state function view (and how tests and the bench call the long-poll)."""
+    return {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query,
+        "headers": headers,
+        "server": server,
+        "client": client,
+    }
+
+
 def call_wsgi(app: WsgiApp, scope: Scope) -> Answer:
     """Run the request `scope` describes through Django's WSGI handler (in a worker thread)."""
     environ = build_environ(scope, io.BytesIO(b""))  # type: ignore[arg-type]

@@ -41,7 +41,6 @@ from instances.engine.ports import (
 )
 from instances.engine.profiles import Order, OutcomeKind, Profile, resolve_profile
 from instances.engine.records import (
-    LONG_POLL_OWNER_PREFIX,
     Guard,
     GuardKind,
     IncidentRow,
@@ -50,7 +49,6 @@ from instances.engine.records import (
     PendingWrites,
     TransitionRow,
     stage_fault,
-    subflow_owner,
 )
 from instances.engine.script_runner import ScriptExecutor, ScriptRunner
 from instances.engine.scripts import ScriptError
@@ -227,12 +225,10 @@ class Execution:
         self.hops: list[Hop] = []
         # When an error-boundary retry is due: the run stopped, Busy, and a job resumes it.
         self.awaiting_retry: datetime | None = None
-        # The SubFlow child this run started; the instance waits for it, Busy.
-        self.awaiting_child: uuid.UUID | None = None
-        # The correlation's Busy owner a `$self` transition of a waiting parent hands back.
-        self.return_owner: str | None = None
-        # The run paused for a long-poll acknowledgement (step 75) with this token.
-        self.awaiting_ack: uuid.UUID | None = None
+        # The run ends with the instance waiting, Busy, owned by this: its SubFlow child
+        # (`subflow:<child id>`, step 70, or handed back after a `$self` transition of a waiting
+        # parent) or a long-poll acknowledgement (`longpoll:<token>`, step 75).
+        self.waiting_owner: str | None = None
         # A flush started children, ended them, or closed this instance's own correlation:
         # the caller runs the hand-off jobs that follow (child starts, parent resumes).
         self.relays = False
@@ -388,26 +384,21 @@ class Execution:
                 "the instance changed or is busy with another transition",
                 instance_id=str(self.instance.id),
             )
-        self.return_owner = waited_by
+        self.waiting_owner = waited_by
         self.holds_busy = True
         self.committed = True
 
-    def wait_for_child(self) -> None:
-        """The run is over but the instance waits: for a SubFlow child (owned by the correlation,
-        `subflow:<child id>`, until the child ends) or for a long-poll acknowledgement
-        (`longpoll:<token>`, until the ack or the fallback). Commit everything, leave it Busy."""
-        if self.awaiting_child:
-            owner: str | None = subflow_owner(self.awaiting_child)
-        elif self.awaiting_ack:
-            owner = f"{LONG_POLL_OWNER_PREFIX}{self.awaiting_ack}"
-        else:
-            owner = self.return_owner
+    def leave_waiting(self) -> None:
+        """The run is over but the instance waits (`waiting_owner`): commit everything and leave
+        it Busy, owned by what it waits for, until the child ends or the acknowledgement (or its
+        fallback) comes."""
+        owner = str(self.waiting_owner)
         self.writes.set(
             status=InstanceStatus.BUSY, busy_owner=owner, busy_since=self.engine.clock()
         )
         self.flush()
         self.instance.status = InstanceStatus.BUSY
-        self.instance.busy_owner = str(owner)
+        self.instance.busy_owner = owner
         self.holds_busy = False
 
     def take_over_busy(self) -> None:

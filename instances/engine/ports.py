@@ -156,10 +156,11 @@ class InstanceWriter(Protocol):
         tags: list[str],
         body: dict[str, Any],
         sync: bool,
+        headers: dict[str, str],
         parent: SubprocessParent | None = None,
     ) -> InstanceAnswer:
-        """Start an instance of `flow` (a SubProcess child of `parent`); 409 when a live
-        instance already has `key`."""
+        """Start an instance of `flow` (a SubProcess child of `parent`) with `headers` as its
+        request's headers; 409 when a live instance already has `key`."""
         ...
 
     def trigger(
@@ -171,8 +172,10 @@ class InstanceWriter(Protocol):
         transition: str,
         body: dict[str, Any],
         sync: bool,
+        headers: dict[str, str],
     ) -> InstanceAnswer:
-        """Run `transition` on the instance `ref` (id or key) of `flow`."""
+        """Run `transition` on the instance `ref` (id or key) of `flow`, with `headers` as its
+        request's headers."""
         ...
 
 
@@ -262,7 +265,7 @@ class InMemoryStore:
             row = self.rows.get(instance_id)
             if row is None or row.status != InstanceStatus.BUSY or row.busy_owner != from_owner:
                 return None
-            row.busy_owner, row.etag = to_owner, new_etag()
+            row.busy_owner = to_owner
             return copy.deepcopy(row)
 
     def flush(

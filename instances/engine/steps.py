@@ -19,10 +19,12 @@ from instances.engine.outcomes import BUSY_EXEMPT, ForwardToSubflow, Rejected
 from instances.engine.ports import LockRelease
 from instances.engine.profiles import Order, Outcome
 from instances.engine.records import (
+    LONG_POLL_OWNER_PREFIX,
     ChildrenEnd,
     JobRow,
     TransitionRow,
     deep_merge,
+    subflow_owner,
     waiting_child,
 )
 from instances.engine.script_runner import response_data, script_context
@@ -437,13 +439,13 @@ class SubFlowStep(Step):
         state = execution.definition.state(hop.target_state)
         if state.subflow is None:
             return Outcome.proceed()
-        if execution.return_owner is not None:
+        if execution.waiting_owner is not None:
             # A `$self` transition re-entered the state while its child runs: one child only.
             return Outcome.skip_to_finalize()
         execution.ensure_busy()
         child = child_start(execution, hop, state, _context(execution, hop))
         execution.writes.children.append(child)
-        execution.awaiting_child = child.instance.id
+        execution.waiting_owner = subflow_owner(child.instance.id)
         return Outcome.skip_to_finalize()
 
 
@@ -457,6 +459,8 @@ class LongPollTerminationStep(Step):
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         if hop.transition.is_update_data or execution.lock_free:
             return Outcome.proceed()
+        if execution.waiting_owner is not None:
+            return Outcome.proceed()  # a parent re-entered while its child runs keeps waiting
         state = execution.definition.state(hop.target_state)
         long_poll = state.long_poll
         if long_poll is None or not long_poll.get("terminate"):
@@ -473,7 +477,7 @@ class LongPollTerminationStep(Step):
                 payload={"token": str(token), "state": state.key},
             )
         )
-        execution.awaiting_ack = token
+        execution.waiting_owner = f"{LONG_POLL_OWNER_PREFIX}{token}"
         return Outcome.skip_to_finalize()
 
 
@@ -707,10 +711,8 @@ class ResolveAvailableStep(Step):
         if first.resolves_incidents:
             # The retried run ended without a fault: what it repaired is closed with it.
             execution.writes.resolve_incidents = (first.resolves_incidents, first.actor)
-        if not completed and (
-            execution.awaiting_child or execution.return_owner or execution.awaiting_ack
-        ):
-            execution.wait_for_child()
+        if not completed and execution.waiting_owner is not None:
+            execution.leave_waiting()
             return Outcome.proceed()
         execution.release(InstanceStatus.COMPLETED if completed else InstanceStatus.ACTIVE)
         return Outcome.proceed()

@@ -19,7 +19,7 @@ from channels.layers import get_channel_layer
 from django.core.wsgi import get_wsgi_application
 from rest_framework.authtoken.models import Token
 
-from instances.api.longpoll import StateLongPoll
+from instances.api.longpoll import StateLongPoll, get_scope
 from instances.services import RequestInfo, instance_start, instance_transition
 from tests.instances.workflows import ping_pong, publish
 
@@ -46,23 +46,11 @@ def app() -> StateLongPoll:
 
 
 def scope(instance_id: str, token: str, *, wait: str, etag: str | None) -> dict[str, Any]:
-    path = f"{BASE}/{instance_id}/functions/state"
     headers = [(b"authorization", f"Token {token}".encode())]
     if etag is not None:
         headers.append((b"if-none-match", f'"{etag}"'.encode()))
-    return {
-        "type": "http",
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": f"wait={wait}".encode(),
-        "headers": headers,
-        "server": ("testserver", 80),
-        "client": ("127.0.0.1", 5000),
-    }
+    path = f"{BASE}/{instance_id}/functions/state"
+    return dict(get_scope(path, headers, query=f"wait={wait}".encode(), server=("testserver", 80)))
 
 
 def current_etag(instance_id: str, token: str) -> str:

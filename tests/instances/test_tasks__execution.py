@@ -180,17 +180,21 @@ def output_handler(context):
 """
 
 
-def test_get_instance_data_task_reads_another_instance(operator_client):
-    lookup = {
+def read_other(domain: str) -> dict[str, Any]:
+    """A Get-instance-data task (13) reading instances of `calls` in `domain`."""
+    return {
         "key": "read-other",
         "domain": "core",
         "version": "1.0.0",
         "flow": "sys-tasks",
         "flowVersion": "1.0.0",
         "tags": ["test"],
-        "attributes": {"type": "13", "config": {"domain": "core", "flow": "calls"}},
+        "attributes": {"type": "13", "config": {"domain": domain, "flow": "calls"}},
     }
-    publish(lookup, calls_workflow([http_ref("read-other", mapping=GET_DATA)]))
+
+
+def test_get_instance_data_task_reads_another_instance(operator_client):
+    publish(read_other("core"), calls_workflow([http_ref("read-other", mapping=GET_DATA)]))
     other = operator_client.post(
         f"{BASE}/start?sync=true", {"customer": "other-one"}, format="json"
     ).json()
@@ -205,16 +209,7 @@ def test_get_instance_data_task_reads_another_instance(operator_client):
 
 
 def test_an_instance_data_task_may_not_read_another_domain(operator_client):
-    lookup = {
-        "key": "read-other",
-        "domain": "core",
-        "version": "1.0.0",
-        "flow": "sys-tasks",
-        "flowVersion": "1.0.0",
-        "tags": ["test"],
-        "attributes": {"type": "13", "config": {"domain": "payments", "flow": "calls"}},
-    }
-    publish(lookup, calls_workflow([http_ref("read-other", mapping=GET_DATA)]))
+    publish(read_other("payments"), calls_workflow([http_ref("read-other", mapping=GET_DATA)]))
     other = operator_client.post(f"{BASE}/start?sync=true", {"customer": "x"}, format="json")
     created = operator_client.post(
         f"{BASE}/start?sync=true", {"customer": "me", "other": other.json()["id"]}, format="json"

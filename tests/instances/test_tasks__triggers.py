@@ -253,3 +253,61 @@ def test_a_subprocess_task_starts_a_child_fire_and_forget(operator_client):
     assert api.state(parent_id)["activeCorrelations"] == []
     top = Instance.objects.get(pk=parent_id)
     assert (top.current_state, top.status) == ("started", "A")
+
+
+def test_a_trigger_tasks_headers_reach_the_target_run_without_credentials(operator_client):
+    # The target's rule passes only when the task's X-Source header arrived and its
+    # Authorization header did not.
+    rule = script(
+        "def handler(context):\n"
+        "    return context.headers.get('x-source') == 'trigger' and "
+        "'authorization' not in context.headers\n"
+    )
+    gate = workflow(
+        [
+            state("waiting", 1, [transition("check", "checked")]),
+            state("checked", 2, [transition("pass", "passed", 1, rule=rule)]),
+            state("passed", 3, subType=1),
+        ],
+        key="gate",
+    )
+    caller = workflow(
+        [
+            state(
+                "begin",
+                1,
+                [
+                    transition(
+                        "go",
+                        "sent",
+                        onExecutionTasks=[
+                            ref(
+                                "check-gate",
+                                "def input_handler(task, context):\n"
+                                "    task.instance_id = context.instance.data['target']\n"
+                                "    return ScriptResponse()\n",
+                            )
+                        ],
+                    )
+                ],
+            ),
+            state("sent", 2),
+        ],
+        key="caller",
+    )
+    publish(
+        trigger_task(
+            "check-gate",
+            "12",
+            flow="gate",
+            transitionName="check",
+            sync=True,
+            headers={"X-Source": "trigger", "Authorization": "Token leaked"},
+        ),
+        gate,
+        caller,
+    )
+    target = WorkflowApi(operator_client, "gate").started()
+    api = WorkflowApi(operator_client, "caller")
+    api.fired(api.started(), "go", {"target": target})
+    assert Instance.objects.get(pk=target).current_state == "passed"

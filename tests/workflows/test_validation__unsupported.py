@@ -110,6 +110,12 @@ TYPED_TASKS = {
     ),
     "14": task("typed-14", "14", {"config": {"flow": "child", "domain": "core"}}),
 }
+# A direct trigger naming a version: the in-process call runs on the instance's own version.
+IDLE_TRIGGER = task(
+    "idle-trigger",
+    "12",
+    {"config": {"flow": "child", "domain": "core", "transitionName": "go", "version": "1.0.0"}},
+)
 VIEW = {
     "key": "review-view",
     "flow": "sys-views",
@@ -144,7 +150,16 @@ EXTENSION = {
 }
 CHILD = base_workflow("child")
 # Everything a probe references, in publishing order.
-DEPENDENCIES = [SCRIPT_TASK, VIEW, HELPER, *TYPED_TASKS.values(), FUNCTION, EXTENSION, CHILD]
+DEPENDENCIES = [
+    SCRIPT_TASK,
+    VIEW,
+    HELPER,
+    *TYPED_TASKS.values(),
+    IDLE_TRIGGER,
+    FUNCTION,
+    EXTENSION,
+    CHILD,
+]
 
 
 def resolver() -> DictResolver:
@@ -399,6 +414,37 @@ USES = [
         ["/attributes/timeout/timer/reset"],
     ),
     Use(
+        _row("timer reset"),
+        "a reset strategy on the timeout a SubFlow state gives its child",
+        each(
+            setting(*REVIEW_PATH, "stateType", value=4),
+            setting(
+                *REVIEW_PATH,
+                "subFlow",
+                value={
+                    "type": "S",
+                    "process": ref("child", "sys-flows"),
+                    "mapping": script(),
+                    "overrides": {
+                        "timeout": {
+                            "key": "child-late",
+                            "target": "done",
+                            "versionStrategy": "Minor",
+                            "timer": {"reset": "always", "duration": "PT1M"},
+                        }
+                    },
+                },
+            ),
+        ),
+        ["/attributes/states/1/subFlow/overrides/timeout/timer/reset"],
+    ),
+    Use(
+        _row("trigger task setting"),
+        "a reference to a direct trigger naming a version",
+        setting(*SUBMIT_TASK, "task", value=ref("idle-trigger", "sys-tasks")),
+        ["/attributes/states/0/transitions/0/onExecutionTasks/0/task"],
+    ),
+    Use(
         _row("script helpers"),
         "workflow helpers",
         setting("attributes", "scripts", value={"helpers": [ref("probe-helper", "sys-mappings")]}),
@@ -483,7 +529,7 @@ def test_every_row_has_a_use_and_a_clear_message():
 def test_the_base_documents_are_valid():
     assert validate(base_workflow()) == []
     for document in DEPENDENCIES:
-        if document not in (FUNCTION, EXTENSION, *TYPED_TASKS.values()):
+        if document not in (FUNCTION, EXTENSION, IDLE_TRIGGER, *TYPED_TASKS.values()):
             assert validate(copy.deepcopy(document)) == [], document["key"]
 
 
@@ -650,4 +696,28 @@ def test_a_batch_reports_the_use_under_the_document_index(operator_client, regis
             "pointer": "/1/attributes/states/0/transitions/0/roles",
             "message": "transition roles is not supported by this version",
         }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("task_type", "setting_name", "value"),
+    [
+        ("11", "timeoutSeconds", 5),
+        ("14", "validateSsl", False),
+        ("12", "version", "1.0.0"),
+        ("12", "tags", ["x"]),
+    ],
+)
+def test_trigger_task_settings_the_runtime_would_not_use_are_refused(
+    task_type, setting_name, value
+):
+    config = {"flow": "child", "domain": "core", setting_name: value}
+    if task_type == "12":
+        config["transitionName"] = "go"
+    assert validate(task("idle", task_type, {"config": config})) == [
+        (
+            f"/attributes/config/{setting_name}",
+            "trigger task setting the in-process call does not use is not supported by this "
+            "version",
+        )
     ]

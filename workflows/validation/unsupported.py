@@ -240,11 +240,48 @@ NO_RESET = frozenset({"", "never", "none", "false"})
 
 
 def _timer_resets(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """The workflow timeout's `timer.reset` naming a reset strategy (not one of `NO_RESET`)."""
-    timer = _object(_object(_attributes(document).get("timeout")).get("timer"))
-    reset = timer.get("reset")
-    if isinstance(reset, str) and reset.strip().lower() not in NO_RESET:
-        yield ("attributes", "timeout", "timer", "reset")
+    """`timer.reset` naming a reset strategy (not one of `NO_RESET`), on the workflow timeout
+    or on the timeout a SubFlow state's `overrides` gives its child."""
+    timeouts: list[tuple[Path, Any]] = [
+        (("attributes", "timeout"), _attributes(document).get("timeout"))
+    ]
+    for path, state in _states(document):
+        overrides = _object(_object(state.get("subFlow")).get("overrides"))
+        timeouts.append(((*path, "subFlow", "overrides", "timeout"), overrides.get("timeout")))
+    for path, timeout in timeouts:
+        reset = _object(_object(timeout).get("timer")).get("reset")
+        if isinstance(reset, str) and reset.strip().lower() not in NO_RESET:
+            yield (*path, "timer", "reset")
+
+
+# Settings of the trigger task types the in-process call has no use for: it is not an HTTP
+# call (no timeout, no TLS), and a transition runs on whatever version the instance pinned.
+_IDLE_TRIGGER_SETTINGS = {
+    "11": ("timeoutSeconds", "validateSsl"),
+    "12": ("timeoutSeconds", "validateSsl", "version", "tags"),
+    "14": ("timeoutSeconds", "validateSsl"),
+}
+
+
+def _trigger_task_settings(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
+    """A start-flow, direct-trigger or subprocess task setting the runtime would not use, on the
+    task component (at the setting), and on every workflow reference to such a task (at its
+    `task`): a task published before this table still counts."""
+
+    def idle(task: Any) -> list[str]:
+        attributes = _object(_object(task).get("attributes"))
+        config = _object(attributes.get("config"))
+        names = _IDLE_TRIGGER_SETTINGS.get(str(attributes.get("type")), ())
+        return [name for name in names if config.get(name) not in (None, [], "")]
+
+    if document.get("flow") == "sys-tasks":
+        for name in idle(document):
+            yield ("attributes", "config", name)
+        return
+    for path, reference in _task_references(document):
+        ref = ComponentRef.from_reference(reference.get("task"))
+        if ref is not None and ref.kind == TASK and idle(resolver.resolve(ref)):
+            yield (*path, "task")
 
 
 def _script_helpers(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
@@ -439,9 +476,19 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
     UnsupportedFeature(
         feature="timer reset (timer.reset)",
         kinds=frozenset({WORKFLOW}),
-        where="/attributes/timeout/timer/reset (a value other than never/none/false/empty)",
+        where="/attributes/timeout/timer/reset, "
+        f"{STATES}/subFlow/overrides/timeout/timer/reset (a value other than never/none/false/"
+        "empty)",
         find=_timer_resets,
         built_by="workflow timeout reset strategies (re-arming the timeout)",
+    ),
+    UnsupportedFeature(
+        feature="trigger task setting the in-process call does not use",
+        kinds=frozenset({TASK, WORKFLOW}),
+        where="task (type 11/14): /attributes/config/timeoutSeconds|validateSsl; type 12 also "
+        "version|tags; workflow: .../task of a reference to such a task",
+        find=_trigger_task_settings,
+        built_by="trigger tasks calling another runtime over HTTP (a remote target)",
     ),
     UnsupportedFeature(
         feature="script helpers (scripts.helpers)",

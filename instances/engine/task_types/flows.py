@@ -49,6 +49,7 @@ def execute_direct_trigger(call: TaskCall) -> StandardResponse:
         transition=transition,
         body=_body(call),
         sync=bool(task.get("sync")),
+        headers=_headers(call),
     )
     return _answered(call, answer, f"transition {transition} of {ref}")
 
@@ -65,6 +66,7 @@ def _start(call: TaskCall, *, parent: SubprocessParent | None) -> StandardRespon
         tags=[str(tag) for tag in task.get("tags") or []],
         body=_body(call),
         sync=bool(task.get("sync")),
+        headers=_headers(call),
         parent=parent,
     )
     return _answered(call, answer, f"start of {flow}")
@@ -74,6 +76,13 @@ def _writer(call: TaskCall) -> Any:
     if call.writer is None:
         raise TaskFailure(Codes.TASK_UNSUPPORTED, "no instance writer is configured")
     return call.writer
+
+
+def _headers(call: TaskCall) -> dict[str, str]:
+    # The task's `headers` (and what its input handler added): the target run's request
+    # headers, which its scripts read as `context.headers` (credentials are dropped there).
+    headers = call.task.get("headers") or {}
+    return {str(name).lower(): str(value) for name, value in dict(headers).items()}
 
 
 def _body(call: TaskCall) -> dict[str, Any]:
