@@ -62,7 +62,7 @@ from instances.status import (
 )
 from locks.models import ResourceLock
 from workflows.documents import ComponentKind, ComponentRef
-from workflows.models import Component
+from workflows.models import Component, DomainReach
 
 _INSTANCE_FIELDS = (
     "id",
@@ -994,6 +994,12 @@ class OrmInstanceReader:
         """`{id, key, status, state, data}` of one instance, or None."""
         row = newest_instance(domain, workflow, ref)
         return _public(row) if row else None
+
+    def may_reach(self, domain: str, workflow: str, target_domain: str) -> bool:
+        """A `DomainReach` row grants the workflow (or its whole domain) `target_domain`."""
+        return DomainReach.objects.filter(
+            domain=domain, workflow__in=[workflow, ""], target_domain=target_domain
+        ).exists()
 
     def instances(
         self, domain: str, workflow: str, *, filter_text: str | None, page: int, page_size: int

@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from workflows.models import Component
+from workflows.models import Component, DomainReach, WorkflowGrant
 
 
 @admin.register(Component)
@@ -57,3 +57,35 @@ class ComponentAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(WorkflowGrant)
+class WorkflowGrantAdmin(admin.ModelAdmin):
+    """Which groups may read definitions, read, start and drive instances of a workflow."""
+
+    list_display = [
+        "group",
+        "domain",
+        "workflow_or_all",
+        "read_definitions",
+        "read_instances",
+        "start_instances",
+        "drive_instances",
+    ]
+    list_filter = ["domain", "group", "read_instances", "start_instances", "drive_instances"]
+    search_fields = ["domain", "workflow", "group__name"]
+    autocomplete_fields = ["group"]
+
+    @admin.display(description="workflow", ordering="workflow")
+    def workflow_or_all(self, grant: WorkflowGrant) -> str:
+        """Blank means every workflow of the domain."""
+        return grant.workflow or "(every workflow)"
+
+
+@admin.register(DomainReach)
+class DomainReachAdmin(admin.ModelAdmin):
+    """Workflows whose tasks may read or trigger instances of another domain."""
+
+    list_display = ["domain", "workflow", "target_domain"]
+    list_filter = ["domain", "target_domain"]
+    search_fields = ["domain", "workflow", "target_domain"]

@@ -66,3 +66,65 @@ class Component(models.Model):
     def ref(self) -> ComponentRef:
         """The component's identity."""
         return ComponentRef(self.kind, self.domain, self.key, self.version)
+
+
+class WorkflowGrant(models.Model):
+    """What the members of a group may do with a domain's workflows, or with one workflow.
+
+    The API checks these on every endpoint (superusers hold every right). The workflow's own
+    `queryRoles` and transition `roles` apply on top: a grant opens the door to the workflow,
+    the definition decides what happens inside it.
+    """
+
+    group = models.ForeignKey(
+        "auth.Group", on_delete=models.CASCADE, related_name="workflow_grants"
+    )
+    domain = models.CharField(max_length=100)
+    workflow = models.CharField(
+        max_length=200, blank=True, help_text="Blank: every workflow of the domain."
+    )
+    read_definitions = models.BooleanField(
+        default=False,
+        help_text="Read the workflow's definitions (and, domain-wide, its tasks, "
+        "schemas, views...).",
+    )
+    read_instances = models.BooleanField(
+        default=False, help_text="Get and list instances, their history, incidents and functions."
+    )
+    start_instances = models.BooleanField(default=False, help_text="Start instances.")
+    drive_instances = models.BooleanField(
+        default=False, help_text="Run transitions, retry, acknowledge long-polls."
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "domain", "workflow"], name="workflow_grant_unique"
+            ),
+        ]
+        ordering = ["domain", "workflow", "group__name"]
+
+    def __str__(self) -> str:
+        return f"{self.group} on {self.domain}/{self.workflow or '*'}"
+
+
+class DomainReach(models.Model):
+    """A workflow allowed to read or trigger instances of another domain from its tasks
+    (types 11-15, 19); without one, those tasks stay in the workflow's own domain."""
+
+    domain = models.CharField(max_length=100)
+    workflow = models.CharField(
+        max_length=200, blank=True, help_text="Blank: every workflow of the domain."
+    )
+    target_domain = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["domain", "workflow", "target_domain"], name="domain_reach_unique"
+            ),
+        ]
+        verbose_name_plural = "domain reaches"
+
+    def __str__(self) -> str:
+        return f"{self.domain}/{self.workflow or '*'} -> {self.target_domain}"

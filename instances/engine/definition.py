@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from instances.engine.roles import all_allowed
 from instances.engine.scripts import DEFAULT_ALLOWED_MODULES
 from instances.status import StateType, Trigger
 
@@ -96,6 +97,19 @@ class TransitionDef:
                 return True
         return False
 
+    def role_lists(self, state: str) -> list[Any]:
+        """The grant lists a caller must pass to fire this transition in `state`: its `roles`
+        and the `roles` of its `availableIn` entry for `state` (seed 001: AND)."""
+        lists: list[Any] = [self.raw.get("roles")]
+        for entry in self.raw.get("availableIn") or []:
+            if isinstance(entry, dict) and entry.get("state") == state:
+                lists.append(entry.get("roles"))
+        return lists
+
+    def allows(self, state: str, roles: frozenset[str]) -> bool:
+        """A caller holding `roles` (instance-relative ones included) may fire it in `state`."""
+        return all_allowed(self.role_lists(state), roles)
+
 
 @dataclass(frozen=True)
 class StateDef:
@@ -142,6 +156,18 @@ class StateDef:
         return value if isinstance(value, dict) else None
 
     @property
+    def query_roles(self) -> list[Any]:
+        """The state's own `queryRoles` (empty: the workflow's apply)."""
+        value = self.raw.get("queryRoles")
+        return value if isinstance(value, list) else []
+
+    @property
+    def alias(self) -> list[dict[str, Any]]:
+        """`alias` entries: `{name, roles, labels}`."""
+        value = self.raw.get("alias")
+        return [a for a in value if isinstance(a, dict)] if isinstance(value, list) else []
+
+    @property
     def subflow(self) -> dict[str, Any] | None:
         """`subFlow` of a SubFlow state (`type`, `process`, `mapping`, `overrides`), else None."""
         value = self.raw.get("subFlow")
@@ -160,6 +186,8 @@ class WorkflowDefinition:
         self.version = str(document.get("version", ""))
         attributes = document.get("attributes") or {}
         self.attributes: dict[str, Any] = attributes
+        # Values derived from the (immutable) document by readers, kept with it.
+        self.memo: dict[str, Any] = {}
         self.states: dict[str, StateDef] = {}
         for raw in attributes.get("states") or []:
             transitions = tuple(
@@ -192,6 +220,15 @@ class WorkflowDefinition:
         scripts = self.attributes.get("scripts") or {}
         extra = scripts.get("allowedModules") or [] if isinstance(scripts, dict) else []
         return DEFAULT_ALLOWED_MODULES | frozenset(m for m in extra if isinstance(m, str))
+
+    def query_roles(self, state: str) -> list[Any]:
+        """The `queryRoles` deciding reads while an instance is in `state`: the state's own
+        when it has any, else the workflow's (seed 001 "Query Roles")."""
+        own = self.states[state].query_roles if state in self.states else []
+        if own:
+            return own
+        value = self.attributes.get("queryRoles")
+        return value if isinstance(value, list) else []
 
     def state(self, key: str) -> StateDef:
         """The state `key`; KeyError when the definition has none."""

@@ -121,6 +121,10 @@ class InstanceReader(Protocol):
         """A page of instances of a workflow."""
         ...
 
+    def may_reach(self, domain: str, workflow: str, target_domain: str) -> bool:
+        """An operator granted workflow `domain/workflow` the tasks of `target_domain`."""
+        ...
+
     def release_thread(self) -> None:
         """Free per-thread resources (database connections) of a task worker thread."""
         ...

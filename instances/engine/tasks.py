@@ -237,6 +237,7 @@ class TaskRunner:
                 task=task,
                 input_data=input_data,
                 domain=instance.domain,
+                workflow=instance.workflow_key,
                 reader=self.reader,
                 writer=self.writer,
                 parent=SubprocessParent(instance.id, instance.current_state),

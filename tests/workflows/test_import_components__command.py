@@ -50,7 +50,7 @@ def test_importing_twice_reports_unchanged(capsys):
 
 def test_dependency_order_does_not_depend_on_the_paths_given(capsys):
     workflows = EXAMPLES_DIR / "core" / "Workflows"
-    others = [EXAMPLES_DIR / "core" / "Schemas", EXAMPLES_DIR / "core" / "Tasks"]
+    others = [EXAMPLES_DIR / "core" / name for name in ("Schemas", "Tasks", "Views")]
     code, out, _ = run("import_components", str(workflows), *map(str, others), capsys=capsys)
     assert code == 0, out
     assert Component.objects.filter(kind="workflow").count() == EXAMPLE_WORKFLOWS
@@ -152,7 +152,7 @@ def test_a_feature_this_version_does_not_execute_is_rejected_with_its_pointer(
     path = tmp_path / "flow" / "instance-management-test-workflow.json"
     document = json.loads(path.read_text())
     document["attributes"]["errorBoundary"] = {"onTimeout": {"action": 0}}
-    document["attributes"]["states"][0]["queryRoles"] = [{"role": "ops", "grant": "allow"}]
+    document["attributes"]["output"] = {"mapping": {"location": "./x.py", "code": ""}}
     path.write_text(json.dumps(document))
 
     code, out, err = run("validate_components", str(tmp_path), capsys=capsys)
@@ -161,6 +161,8 @@ def test_a_feature_this_version_does_not_execute_is_rejected_with_its_pointer(
         "/attributes/errorBoundary/onTimeout: error boundary timeout policy "
         "(errorBoundary.onTimeout) is not supported by this version"
     ) in err
-    assert "/attributes/states/0/queryRoles: query roles is not supported by this version" in err
+    assert (
+        "/attributes/output: output mapping (attributes.output) is not supported by this version"
+    ) in err
     assert "1 rejected" in out
     assert "1 valid" in out

@@ -56,15 +56,14 @@ UNSUPPORTED_USES: dict[str, set[str]] = {
         ]
     },
     "Tasks/fan-out-documents/fan-out-documents-task.json": {FAN_OUT},
-    # Workflow queryRoles; the roles of the terminating long poll on leaf-waiting.
-    "Workflows/authorization-chain-lab/authorization-chain-lab-leaf.json": {
-        "query roles",
-        "long-poll roles (interaction.longPoll.roles)",
+    # Field encryption at rest (x-encryption encrypt, vault.email/pin) in the master schema;
+    # x-roles, x-masking and x-encryption hash are applied by the data reads.
+    "Schemas/role-matrix-lab/role-matrix-master.json": {
+        "field encryption at rest (x-encryption other than hash) or a masking operator other "
+        "than mask/replace"
     },
     # A declared domain function (til-cached-echo).
     "Workflows/display-labels-lab/display-labels-lab.json": {"custom function"},
-    # One state's queryRoles (its error boundaries are executed).
-    "Workflows/error-boundary-lab/error-boundary-lab.json": {"query roles"},
     # A workflow-level event (start by event) and a triggerType 3 event transition.
     "Workflows/event-driven-lab/event-driven-lab.json": {
         "start by event (attributes.event)",
@@ -73,17 +72,8 @@ UNSUPPORTED_USES: dict[str, set[str]] = {
     # onEntries running the fan-out tasks above.
     "Workflows/fan-out-config-matrix/fan-out-config-matrix.json": {FAN_OUT},
     "Workflows/fan-out-documents/fan-out-documents.json": {FAN_OUT},
-    # Transition roles and workflow/state queryRoles (the example copy under examples/ has none).
-    "Workflows/lifecycle-transitions/lifecycle-transitions-test-workflow.json": {
-        "transition roles",
-        "query roles",
-    },
-    # Roles on every kind of transition and availableIn entry, queryRoles, a declared function.
-    "Workflows/role-matrix-lab/role-matrix-lab.json": {
-        "transition roles",
-        "query roles",
-        "custom function",
-    },
+    # A declared instance function (role-matrix-summary).
+    "Workflows/role-matrix-lab/role-matrix-lab.json": {"custom function"},
 }
 
 

@@ -39,6 +39,7 @@ SCRIPTED_KINDS = frozenset(
     {WORKFLOW, TASK, FUNCTION, EXTENSION, ComponentKind.VIEW, ComponentKind.MAPPING}
 )
 EVENT_TRIGGER = 3
+MASKING = ("mask", "replace")
 
 
 @dataclass(frozen=True)
@@ -129,15 +130,6 @@ def _boundary_timeouts(document: dict[str, Any], resolver: Resolver) -> Iterator
             yield (*path, "errorBoundary", "onTimeout")
 
 
-def _long_poll_roles(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """`interaction.longPoll.roles` naming roles (`[]` is none): who may long-poll is a role
-    check; the long-poll itself is executed."""
-    for path, state in _states(document):
-        long_poll = _object(_object(state.get("interaction")).get("longPoll"))
-        if _listed(long_poll, "roles"):
-            yield (*path, "interaction", "longPoll", "roles")
-
-
 def _state_list(field: str) -> Finder:
     """A state field that is a list of rules (notifications, alias, queryRoles); `[]` is none."""
 
@@ -147,6 +139,29 @@ def _state_list(field: str) -> Finder:
                 yield (*path, field)
 
     return find
+
+
+def _schema_rules(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
+    """Inside a schema component's JSON Schema: `x-encryption` of a type other than `hash`
+    (encryption at rest), and `x-masking` with an operator other than `mask` / `replace` (the
+    reads apply those, and hashing)."""
+
+    def walk(node: Any, path: Path) -> Iterator[Path]:
+        if isinstance(node, dict):
+            encryption = node.get("x-encryption")
+            if isinstance(encryption, dict) and encryption.get("type") != "hash":
+                yield (*path, "x-encryption", "type")
+            masking = node.get("x-masking")
+            if isinstance(masking, dict) and masking.get("operator", "mask") not in MASKING:
+                yield (*path, "x-masking", "operator")
+            for key, value in node.items():
+                if key not in ("x-encryption", "x-masking"):
+                    yield from walk(value, (*path, key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from walk(value, (*path, index))
+
+    yield from walk(_attributes(document).get("schema"), ("attributes", "schema"))
 
 
 def _workflow_object(field: str) -> Finder:
@@ -167,24 +182,6 @@ def _event_transitions(document: dict[str, Any], resolver: Resolver) -> Iterator
             yield (*path, "event")
         elif transition.get("triggerType") == EVENT_TRIGGER:
             yield (*path, "triggerType")
-
-
-def _transition_roles(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """`roles` on any transition, and on an `availableIn` entry (which narrows them per state).
-    `roles: []` is "no roles", as the schema says of `availableIn` entries."""
-    for path, transition in _transitions(document):
-        if _listed(transition, "roles"):
-            yield (*path, "roles")
-        for entry_path, entry in _items(transition.get("availableIn"), (*path, "availableIn")):
-            if _listed(entry, "roles"):
-                yield (*entry_path, "roles")
-
-
-def _query_roles(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """Workflow and state `queryRoles`; `[]` is none."""
-    if _listed(_attributes(document), "queryRoles"):
-        yield ("attributes", "queryRoles")
-    yield from _state_list("queryRoles")(document, resolver)
 
 
 def _function_cache(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
@@ -368,6 +365,15 @@ TRANSITIONS = (
 
 UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
     UnsupportedFeature(
+        feature="field encryption at rest (x-encryption other than hash) or a masking operator "
+        "other than mask/replace",
+        kinds=frozenset({ComponentKind.SCHEMA}),
+        where="schema: /attributes/schema/.../x-encryption/type, .../x-masking/operator",
+        find=_schema_rules,
+        built_by="encryption at rest of master-schema fields with managed keys; x-roles, "
+        "x-masking mask/replace and x-encryption hash are applied to data reads",
+    ),
+    UnsupportedFeature(
         feature="error boundary timeout policy (errorBoundary.onTimeout)",
         kinds=frozenset({WORKFLOW}),
         where=(
@@ -379,27 +385,12 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         "already match `Task:Http:Timeout` and `Script:Timeout`)",
     ),
     UnsupportedFeature(
-        feature="long-poll roles (interaction.longPoll.roles)",
-        kinds=frozenset({WORKFLOW}),
-        where=f"{STATES}/interaction/longPoll/roles",
-        find=_long_poll_roles,
-        built_by="role checks: who may long-poll and acknowledge (seed 001 'State Interaction')",
-    ),
-    UnsupportedFeature(
         feature="state notification",
         kinds=frozenset({WORKFLOW}),
         where=f"{STATES}/notifications",
         find=_state_list("notifications"),
         built_by="state notifications: durable notification jobs after the pipeline "
         "(seed 001 'State Notifications')",
-    ),
-    UnsupportedFeature(
-        feature="state alias",
-        kinds=frozenset({WORKFLOW}),
-        where=f"{STATES}/alias",
-        find=_state_list("alias"),
-        built_by="role checks: the state function masks `state` by alias for the caller's roles "
-        "(seed 001 'State Alias', API.md 3)",
     ),
     UnsupportedFeature(
         feature="output mapping (attributes.output)",
@@ -422,22 +413,6 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         f"transitions: {TRANSITIONS}",
         find=_event_transitions,
         built_by="event delivery: POST .../instances/events?action=transition (API.md 2)",
-    ),
-    UnsupportedFeature(
-        feature="transition roles",
-        kinds=frozenset({WORKFLOW}),
-        where=f"{{transition}}/roles, {{transition}}/availableIn/{{k}}/roles; "
-        f"transitions: {TRANSITIONS}",
-        find=_transition_roles,
-        built_by="role checks: transition roles, $InstanceStarter, $PreviousUser, 403 "
-        "`Transition:100010` (API.md 1)",
-    ),
-    UnsupportedFeature(
-        feature="query roles",
-        kinds=frozenset({WORKFLOW}),
-        where=f"/attributes/queryRoles, {STATES}/queryRoles",
-        find=_query_roles,
-        built_by="role checks: query roles on state/data/view/schema, 403 (API.md 3)",
     ),
     UnsupportedFeature(
         feature="built-in function cache (config.functionCache)",

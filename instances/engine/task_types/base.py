@@ -79,6 +79,8 @@ class TaskCall:
     domain: str
     reader: InstanceReader | None
     writer: InstanceWriter | None = None
+    # The running instance's workflow key (which other domains it may reach).
+    workflow: str = ""
     # The running instance and its state (a SubProcess task's parent).
     parent: SubprocessParent | None = None
 
@@ -93,13 +95,14 @@ def accepted(status: int, patterns: list[str]) -> bool:
 
 
 def own_domain(call: TaskCall) -> str:
-    """The domain a task reaches: its `domain` setting, which must be its workflow's own (no
-    workflow is granted another domain yet)."""
+    """The domain a task reaches: its `domain` setting, which must be its workflow's own unless
+    an operator granted the workflow that domain (a domain reach)."""
     asked = str(call.task.get("domain") or call.domain)
-    if asked != call.domain:
+    granted = call.reader is not None and call.reader.may_reach(call.domain, call.workflow, asked)
+    if asked != call.domain and not granted:
         raise TaskFailure(
             Codes.TASK_DOMAIN_DENIED,
             f"task {call.task.get('task_key')} reaches domain {asked!r}; a workflow of "
-            f"{call.domain!r} may only reach its own domain",
+            f"{call.domain!r} may only reach its own domain unless granted another",
         )
     return asked
