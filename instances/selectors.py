@@ -9,10 +9,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from instances.engine.definition import (
     DEFAULT_FALLBACK_SECONDS,
+    StateDef,
     TransitionDef,
     TransitionKind,
     WorkflowDefinition,
@@ -20,8 +21,11 @@ from instances.engine.definition import (
 from instances.engine.errors import Codes, VNextError
 from instances.engine.pipeline import MAX_CHAIN_DEPTH
 from instances.engine.records import InstanceSnapshot, waiting_child
+from instances.engine.roles import Caller, allowed
+from instances.engine.visibility import has_field_rules, label_of, shown_data, state_value
 from instances.filters import parse_filter, parse_page, parse_sort
 from instances.models import Correlation, Incident, Instance, InstanceTransition, Job
+from instances.orm_store import snapshot_of
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,
@@ -31,6 +35,7 @@ from instances.status import (
     Trigger,
 )
 from instances.wiring import engine
+from vnext.conf import schema_hash_salt
 
 
 @dataclass(frozen=True)
@@ -51,14 +56,77 @@ def instance_list(
     sort: str | None,
     page: str | None,
     page_size: str | None,
+    visible: Q | None = None,
 ) -> Page:
-    """Instances of a workflow through the filter language, sorted, one page (stable order)."""
+    """Instances of a workflow through the filter language, sorted, one page (stable order);
+    `visible` keeps only the instances the caller may read (`readable_instances`)."""
     number, size = parse_page(page, page_size)
     queryset: QuerySet[Instance] = Instance.objects.filter(domain=domain, workflow_key=workflow)
+    if visible is not None:
+        queryset = queryset.filter(visible)
     queryset = queryset.filter(parse_filter(filter_text)).order_by(*parse_sort(sort))
     start = (number - 1) * size
     rows = list(queryset[start : start + size + 1])
     return Page(rows[:size], number, size, len(rows) > size)
+
+
+def _workflow_versions(domain: str, workflow: str) -> list[WorkflowDefinition]:
+    versions = Instance.objects.filter(domain=domain, workflow_key=workflow)
+    found = []
+    for version in versions.values_list("workflow_version", flat=True).distinct():
+        definition = engine().components.workflow(domain, workflow, version)
+        if definition is not None:
+            found.append(definition)
+    return found
+
+
+def readable_instances(domain: str, workflow: str, caller: Caller) -> Q | None:
+    """A filter keeping the instances of a workflow whose current state's query roles (else
+    the workflow's) let `caller` read them; None when every instance is readable. A rule
+    naming `$InstanceStarter` or `$PreviousUser` becomes a condition on the instance's
+    `created_by` / `modified_by`."""
+    starter, previous = Q(created_by=caller.actor), Q(modified_by=caller.actor)
+    clauses: list[Q] = []
+    restricted = False
+    for definition in _workflow_versions(domain, workflow):
+        open_states: list[str] = []
+        for key in definition.states:
+            rules = definition.query_roles(key)
+            verdicts = {
+                (s, p): allowed(rules, caller.on(caller.actor * s, caller.actor * p))
+                for s in (False, True)
+                for p in (False, True)
+            }
+            if all(verdicts.values()):
+                open_states.append(key)
+                continue
+            restricted = True
+            for (s, p), verdict in verdicts.items():
+                if verdict and caller.actor:
+                    clauses.append(
+                        Q(workflow_version=definition.version, current_state=key)
+                        & (starter if s else ~starter)
+                        & (previous if p else ~previous)
+                    )
+        if open_states:
+            clauses.append(Q(workflow_version=definition.version, current_state__in=open_states))
+    if not restricted:
+        return None
+    visible = Q(pk__in=[])
+    for clause in clauses:
+        visible |= clause
+    return visible
+
+
+def listed_attributes(row: Instance, caller: Caller) -> Any:
+    """The data a listed instance shows `caller` (its version's master-schema field rules)."""
+    definition = engine().components.workflow(row.domain, row.workflow_key, row.workflow_version)
+    snapshot = snapshot_of(row)
+    if definition is None:
+        return snapshot.data
+    return shown_attributes(
+        definition, snapshot, caller.on(snapshot.created_by, snapshot.modified_by)
+    )
 
 
 def instance_by_id(instance_id: uuid.UUID) -> InstanceSnapshot | None:
@@ -243,11 +311,20 @@ def state_function(
     *,
     correlations: list[dict[str, Any]] | None = None,
     data_base: str | None = None,
+    roles: frozenset[str] | None = None,
+    languages: list[str] | None = None,
 ) -> dict[str, Any]:
     """`functions/state`: where the instance is and what a client can do next. For a parent
     waiting on a SubFlow chain the caller passes the leaf (the only state a client acts on),
-    the chain as `correlations`, and the leaf's own path as `data_base`."""
+    the chain as `correlations`, and the leaf's own path as `data_base`.
+
+    With the caller's `roles` (instance-relative ones included) only the transitions they may
+    fire are listed, `state` is masked by the state's alias and the long-poll `interaction`
+    shows only to callers its roles allow; labels are given in the first of `languages`
+    that has one."""
+    wanted = languages or []
     state = definition.states.get(instance.current_state)
+    state_labels = (state.raw.get("labels") if state else None) or []
     view = (state.raw.get("view") if state else None) or {}
     transitions: list[dict[str, Any]] = []
     live = instance.status != InstanceStatus.COMPLETED
@@ -257,9 +334,16 @@ def state_function(
             continue
         if faulted and transition.kind not in (TransitionKind.CANCEL, TransitionKind.EXIT):
             continue  # a faulted instance runs nothing else until it is retried
+        if roles is not None and not transition.allows(instance.current_state, roles):
+            continue
+        target_key = transition.resolved_target(instance.current_state)
+        target = definition.states.get(target_key)
         entry: dict[str, Any] = {
             "name": transition.key,
             "href": _href(base, "transitions", transition.key),
+            "label": label_of(transition.raw.get("labels"), wanted, transition.key),
+            "labels": transition.raw.get("labels") or [],
+            "target": _state_ref(target, target_key, wanted),
             "view": {
                 "hasView": bool((transition.raw.get("view") or {}).get("view")),
                 "href": _href(base, f"functions/view?transitionKey={transition.key}"),
@@ -296,8 +380,11 @@ def state_function(
             "hasView": bool(view.get("view")),
             "loadData": bool(view.get("loadData")),
             "href": _href(own, "functions/view"),
+            **_view_labels(view.get("view"), wanted),
         },
-        "state": instance.current_state,
+        "state": state_value(state, instance.current_state, roles or frozenset(), wanted),
+        "label": label_of(state_labels, wanted, instance.current_state),
+        "labels": state_labels,
         "status": str(instance.status),
         "stateType": instance.effective_state_type,
         "stateSubType": instance.effective_state_subtype,
@@ -311,7 +398,7 @@ def state_function(
         .first()
     )
     long_poll = state.long_poll if state is not None else None
-    if long_poll is not None:
+    if long_poll is not None and (roles is None or allowed(long_poll.get("roles"), roles)):
         terminate = bool(long_poll.get("terminate"))
         body["interaction"] = {
             "terminateLongPoll": terminate,
@@ -326,14 +413,68 @@ def state_function(
         body["timeout"] = {
             "key": timeout.key,
             "target": timeout.target,
+            "targetState": _state_ref(
+                definition.states.get(timeout.target), timeout.target, wanted
+            ),
+            "labels": timeout.raw.get("labels") or [],
             "executeAtUtc": deadline.isoformat().replace("+00:00", "Z"),
         }
     return body
 
 
-def data_function(instance: InstanceSnapshot) -> dict[str, Any]:
-    """`functions/data`."""
-    return {"data": instance.data, "eTag": instance.entity_etag, "extensions": {}}
+def master_schema(definition: WorkflowDefinition) -> dict[str, Any] | None:
+    """The workflow's master schema (`attributes.schema`) when it holds field rules (`x-roles`,
+    `x-masking`, `x-encryption`); None when the data is shown as stored."""
+    if "master_schema" in definition.memo:
+        return definition.memo["master_schema"]
+    reference = definition.attributes.get("schema")
+    found = None
+    if isinstance(reference, dict):
+        document = engine().components.component("schema", reference) or {}
+        schema = (document.get("attributes") or {}).get("schema")
+        found = schema if isinstance(schema, dict) and has_field_rules(schema) else None
+    definition.memo["master_schema"] = found
+    return found
+
+
+def shown_attributes(
+    definition: WorkflowDefinition, instance: InstanceSnapshot, roles: frozenset[str] | None
+) -> Any:
+    """The instance data a caller holding `roles` is shown (`x-roles`, `x-masking`)."""
+    schema = master_schema(definition) if roles is not None else None
+    if schema is None:
+        return instance.data
+    return shown_data(schema, instance.data, roles, salt=schema_hash_salt())
+
+
+def _view_labels(reference: Any, languages: list[str]) -> dict[str, Any]:
+    """`label`/`labels` of the view component a state or transition names (none: `{}`)."""
+    if not isinstance(reference, dict):
+        return {}
+    document = engine().components.component("view", reference) or {}
+    labels = (document.get("attributes") or {}).get("labels") or []
+    if not labels:
+        return {}
+    return {"label": label_of(labels, languages, str(reference.get("key", ""))), "labels": labels}
+
+
+def _state_ref(state: StateDef | None, key: str, languages: list[str]) -> dict[str, Any]:
+    labels = (state.raw.get("labels") if state else None) or []
+    return {
+        "key": key,
+        "stateType": state.state_type if state else None,
+        "stateSubType": state.sub_type if state else None,
+        "label": label_of(labels, languages, key),
+        "labels": labels,
+    }
+
+
+def data_function(
+    instance: InstanceSnapshot, shown: Any = None, *, etag: str | None = None
+) -> dict[str, Any]:
+    """`functions/data`: `shown` is the data the caller may see (default: as stored)."""
+    data = instance.data if shown is None else shown
+    return {"data": data, "eTag": etag or instance.entity_etag, "extensions": {}}
 
 
 def _transition_for_function(

@@ -4,6 +4,7 @@ these call the engine with the ORM store."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from instances.engine.records import (
     PendingWrites,
     new_etag,
 )
+from instances.engine.roles import INSTANCE_STARTER, Caller, allowed
 from instances.engine.subflows import forward_target
 from instances.models import Correlation, Incident, Instance, Job, OperatorAction
 from instances.orm_store import (
@@ -52,6 +54,19 @@ class RequestInfo:
     actor: str = ""
     headers: dict[str, str] | None = None
     query: dict[str, Any] | None = None
+    # The caller the definition's role rules judge, built on first use (a query for the
+    # groups); None for the platform's own calls (jobs, operators' tools), which no role binds.
+    caller: Callable[[], Caller] | None = None
+
+    def roles_on(self, instance: InstanceSnapshot | None) -> frozenset[str] | None:
+        """The caller's roles on `instance` (a start: the starter's own), or None when no
+        caller is judged."""
+        if self.caller is None:
+            return None
+        caller = self.caller()
+        if instance is None:
+            return caller.roles | {INSTANCE_STARTER}
+        return caller.on(instance.created_by, instance.modified_by)
 
     @property
     def payload_mode(self) -> str | None:
@@ -110,6 +125,7 @@ def instance_start(
 ) -> InstanceOutcome:
     """Start an instance; with a business key a live instance already has, return that one."""
     definition = workflow_definition(domain, workflow, version)
+    _check_transition_roles(definition, definition.start, "", None, info)
     payload = _checked_payload(definition, definition.start, body, info)
     if payload.key:
         existing = _store.live_by_key(domain, workflow, payload.key)
@@ -372,6 +388,7 @@ def instance_start_accept(
     """`sync=false` start: validate, then in one transaction insert the instance (Busy, reserved
     for its job) and the job that runs the start pipeline; answer right away."""
     definition = workflow_definition(domain, workflow, version)
+    _check_transition_roles(definition, definition.start, "", None, info)
     payload = _checked_payload(definition, definition.start, body, info)
     if payload.key:
         existing = _store.live_by_key(domain, workflow, payload.key)
@@ -464,6 +481,12 @@ def instance_long_poll_ack(
     if instance.status != InstanceStatus.BUSY or not paused_by.startswith(LONG_POLL_OWNER_PREFIX):
         raise refused
     definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
+    if not may_acknowledge(definition, instance, info):
+        raise VNextError(
+            Codes.AUTHORIZATION_DENIED,
+            f"your roles may not acknowledge the long-poll of state {instance.current_state!r}",
+            instance_id=str(instance.id),
+        )
     owner = f"ack:{uuid.uuid4().hex}"
     taken = _store.hand_over(instance.id, paused_by, owner)
     if taken is None:
@@ -477,6 +500,16 @@ def instance_long_poll_ack(
     request = long_poll_continue_request(definition, taken.current_state, actor=info.actor)
     execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
     return InstanceOutcome(execution.instance, created=False, execution=execution)
+
+
+def may_acknowledge(
+    definition: WorkflowDefinition, instance: InstanceSnapshot, info: RequestInfo
+) -> bool:
+    """The caller's roles pass the current state's `interaction.longPoll.roles`."""
+    state = definition.states.get(instance.current_state)
+    long_poll = state.long_poll if state is not None else None
+    roles = info.roles_on(instance)
+    return long_poll is None or roles is None or allowed(long_poll.get("roles"), roles)
 
 
 def long_poll_continue_request(
@@ -587,7 +620,30 @@ def _admissible(
     )
     instance, definition = _forwarded(addressed, definition, transition_key)
     transition = _client_transition(definition, instance, transition_key)
+    _check_transition_roles(definition, transition, instance.current_state, instance, info)
     return instance, definition, transition, _checked_payload(definition, transition, body, info)
+
+
+def _check_transition_roles(
+    definition: WorkflowDefinition,
+    transition: TransitionDef,
+    state: str,
+    instance: InstanceSnapshot | None,
+    info: RequestInfo,
+) -> None:
+    """403 `Transition:100010` when the caller's roles do not allow `transition` in `state`
+    (its `roles` and its `availableIn` entry's; `$InstanceStarter`, `$PreviousUser`)."""
+    if not any(transition.role_lists(state)):
+        return
+    roles = info.roles_on(instance)
+    if roles is None or transition.allows(state, roles):
+        return
+    raise VNextError(
+        Codes.TRANSITION_FORBIDDEN,
+        f"your roles do not allow transition {transition.key!r}"
+        + (f" in state {state!r}" if state else ""),
+        instance_id=str(instance.id) if instance is not None else None,
+    )
 
 
 def _forwarded(

@@ -25,6 +25,18 @@ CORPUS_DIR = TESTS_DIR / "conformance" / "vnext-example"
 EXAMPLES_DIR = TESTS_DIR.parent / "examples"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> None:
+    # Tests create users by the hundred and the production hasher (PBKDF2, 1M rounds) costs a
+    # third of a second each; PBKDF2 stays listed, so existing hashes still verify.
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    ]
+
+
 def corpus_files() -> list[Path]:
     """Every JSON file of the conformance corpus."""
     return sorted(CORPUS_DIR.rglob("*.json"))

@@ -17,7 +17,8 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
-from rest_framework.authentication import TokenAuthentication
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework.authentication import BasicAuthentication, TokenAuthentication
 from rest_framework.authtoken.models import Token
 
 from vnext.conf import vnext_setting
@@ -61,3 +62,29 @@ def _forget_tokens_of_saved_user(
         return
     keys = Token.objects.filter(user_id=instance.pk).values_list("key", flat=True)
     cache.delete_many([_cache_key(key) for key in keys])
+
+
+class CountedBasicAuthentication(BasicAuthentication):
+    """HTTP Basic whose failures django-axes counts and locks out (settings: AXES_*).
+
+    DRF hands `authenticate()` its own request object; axes marks the lockout on the request it
+    is given, and its middleware looks at Django's. Passing Django's request lets the lockout
+    answer (429) reach the client."""
+
+    def authenticate_credentials(
+        self, userid: str, password: str, request: Any = None
+    ) -> tuple[Any, None]:
+        """Check the credentials against Django's request (see the class docstring)."""
+        django_request = getattr(request, "_request", request)
+        return super().authenticate_credentials(userid, password, django_request)
+
+
+class CountedBasicScheme(OpenApiAuthenticationExtension):
+    """The OpenAPI security scheme of `CountedBasicAuthentication`: plain HTTP Basic."""
+
+    target_class = CountedBasicAuthentication
+    name = "basicAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        """`{"type": "http", "scheme": "basic"}`."""
+        return {"type": "http", "scheme": "basic"}

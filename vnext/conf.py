@@ -1,5 +1,6 @@
 """The platform's settings: one `VNEXT` dict in Django settings, with defaults defined here."""
 
+import hashlib
 from typing import Any
 
 from django.conf import settings
@@ -32,6 +33,11 @@ DEFAULTS: dict[str, Any] = {
     # request re-reads the instance besides the change notifications (a lost one costs this).
     "LONG_POLL_MAX_SECONDS": 60.0,
     "LONG_POLL_RECHECK_SECONDS": 5.0,
+    # Salt of the digests master-schema `x-encryption: hash` fields are shown as; None: one
+    # derived from SECRET_KEY (stable per installation, unguessable without it).
+    "SCHEMA_HASH_SALT": None,
+    # The claim of a JWT bearer token that lists the caller's roles (beside its groups).
+    "JWT_ROLES_CLAIM": "roles",
     # How long an API token's user is remembered (see vnext/authentication.py); 0 = never.
     "TOKEN_CACHE_SECONDS": 60.0,
     # HTTP worker processes of `make run`; None = one per CPU on PostgreSQL, one on SQLite.
@@ -68,6 +74,14 @@ def script_pool_settings() -> PoolSettings:
         max_payload_bytes=int(vnext_setting("SCRIPT_MAX_PAYLOAD_BYTES")),
         wait_seconds=float(vnext_setting("SCRIPT_POOL_WAIT_SECONDS")),
     )
+
+
+def schema_hash_salt() -> str:
+    """`SCHEMA_HASH_SALT`, or one derived from `SECRET_KEY`."""
+    salt = vnext_setting("SCHEMA_HASH_SALT")
+    if salt:
+        return str(salt)
+    return hashlib.sha256(f"vnext-schema-hash:{settings.SECRET_KEY}".encode()).hexdigest()[:32]
 
 
 def vnext_setting(name: str) -> Any:

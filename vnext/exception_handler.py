@@ -3,6 +3,7 @@ served as `application/problem+json`; and the view that answers every unmatched 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DataError
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions, status
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import BaseParser
@@ -171,3 +172,21 @@ class ApiNotFoundView(APIView):
     def options(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Response:
         """OPTIONS too: there is nothing here to describe."""
         return self.http_method_not_allowed(request, *args, **kwargs)
+
+
+def login_lockout_response(
+    request: HttpRequest, original_response: Any = None, credentials: Any = None
+) -> HttpResponse:
+    """django-axes' answer to a locked-out login: the problem body (429 `App:900008`) on the
+    API, a plain page elsewhere (the admin's login form)."""
+    minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
+    detail = f"too many failed logins: try again in {minutes} minutes"
+    if request.path.startswith(("/api/", "/internal/")):
+        body = problem_body(Codes.APP_THROTTLED, detail)
+        response = HttpResponse(
+            json.dumps(body), status=429, content_type="application/problem+json"
+        )
+    else:
+        response = HttpResponse(f"<h1>Login locked</h1><p>{detail.capitalize()}.</p>", status=429)
+    response["Retry-After"] = str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
+    return response

@@ -29,6 +29,16 @@ urlpatterns = [
         views.InstanceActiveIncidentView.as_view(),
         name="instance-incident-active",
     ),
+    *[
+        path(f"{ONE}/functions/{name}", view.as_view(), name=f"instance-function-{name}")
+        for name, view in (
+            ("state", views.InstanceStateFunctionView),
+            ("data", views.InstanceDataFunctionView),
+            ("view", views.InstanceViewFunctionView),
+            ("schema", views.InstanceSchemaFunctionView),
+            ("authorize", views.InstanceAuthorizeFunctionView),
+        )
+    ],
     path(
         f"{ONE}/functions/<str:function>",
         views.InstanceFunctionView.as_view(),

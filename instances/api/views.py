@@ -3,20 +3,44 @@ and render. Errors are `VNextError`s rendered by the project's exception handler
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from instances.api.presenters import envelope, history_row, instance_detail, list_item
+from instances.api.serializers import (
+    AcceptedSerializer,
+    AuthorizeSerializer,
+    DataFunctionSerializer,
+    EnvelopeSerializer,
+    HistorySerializer,
+    IncidentPageSerializer,
+    IncidentSerializer,
+    InstancePageSerializer,
+    InstanceSerializer,
+    RetryBodySerializer,
+    SchemaFunctionSerializer,
+    StartBodySerializer,
+    StateFunctionSerializer,
+    TransitionBodySerializer,
+    ViewFunctionSerializer,
+)
+from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.outcomes import PipelineFault
-from instances.engine.records import InstanceSnapshot
+from instances.engine.records import LONG_POLL_OWNER_PREFIX, InstanceSnapshot
+from instances.engine.roles import Caller, allowed
+from instances.engine.visibility import accepted_languages, readable
 from instances.filters import parse_page
 from instances.job_handlers import instance_settle, relays_run
 from instances.selectors import (
@@ -29,8 +53,12 @@ from instances.selectors import (
     instance_by_id,
     instance_history,
     instance_list,
+    listed_attributes,
+    master_schema,
     newest_transition_id,
+    readable_instances,
     schema_function,
+    shown_attributes,
     state_function,
     subflow_chain,
     view_function,
@@ -51,8 +79,83 @@ from instances.services import (
 )
 from instances.status import InstanceStatus
 from vnext.conf import vnext_setting
+from vnext.openapi import ACCEPT_LANGUAGE, IF_NONE_MATCH, PAYLOAD_MODE, SYNC, responses
+from workflows.access import Right, caller_of
 
-SYNC = OpenApiParameter("sync", bool, description="true: run to the next rest point, answer 200")
+NOT_MODIFIED = OpenApiResponse(description="Nothing changed since the eTag sent")
+WORKFLOW_PATH = [
+    OpenApiParameter("domain", str, OpenApiParameter.PATH, description="e.g. core"),
+    OpenApiParameter(
+        "workflow", str, OpenApiParameter.PATH, description="e.g. instance-management-test-workflow"
+    ),
+]
+INSTANCE_PATH = [
+    *WORKFLOW_PATH,
+    OpenApiParameter(
+        "instance", str, OpenApiParameter.PATH, description="the instance's UUID or business key"
+    ),
+]
+TRANSITION_PATH = OpenApiParameter(
+    "transition", str, OpenApiParameter.PATH, description="the transition key"
+)
+FILTER = OpenApiParameter(
+    "filter",
+    str,
+    description='JSON: {"field": {"op": value}}, and/or/not; e.g. {"status": {"eq": "A"}}',
+)
+SORT = OpenApiParameter(
+    "sort", str, description='JSON: {"field": "createdAt", "direction": "desc"}'
+)
+PAGE = OpenApiParameter(
+    "page", {"type": "integer", "minimum": 1, "maximum": 1000}, description="1..1000"
+)
+PAGE_SIZE = OpenApiParameter(
+    "pageSize", {"type": "integer", "minimum": 1, "maximum": 100}, description="1..100"
+)
+START_EXAMPLE = OpenApiExample(
+    "instance-management-test-workflow",
+    value={"key": "order-42", "attributes": {"category": "priority", "priority": 2}},
+    request_only=True,
+)
+
+
+def _caller(request: Request) -> Caller:
+    # Built once per request: the groups query runs only when a role rule needs it.
+    caller = getattr(request, "_vnext_caller", None)
+    if caller is None:
+        caller = caller_of(request.user, request.auth)
+        request._vnext_caller = caller  # type: ignore[attr-defined]
+    return caller
+
+
+def _roles_on(request: Request, instance: InstanceSnapshot) -> frozenset[str]:
+    return _caller(request).on(instance.created_by, instance.modified_by)
+
+
+def _languages(request: Request) -> list[str]:
+    return accepted_languages(request.headers.get("Accept-Language"))
+
+
+def _check_readable(
+    request: Request, definition: WorkflowDefinition, instance: InstanceSnapshot
+) -> frozenset[str]:
+    """The caller's roles on `instance`, or 403 when the current state's query roles (else
+    the workflow's) refuse them."""
+    roles = _roles_on(request, instance)
+    if not readable(definition, instance.current_state, roles):
+        raise VNextError(
+            Codes.AUTHORIZATION_DENIED,
+            f"your roles may not read instances in state {instance.current_state!r}",
+            instance_id=str(instance.id),
+        )
+    return roles
+
+
+def _readable_snapshot(request: Request, domain: str, workflow: str, ref: str) -> InstanceSnapshot:
+    snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    definition = workflow_definition(domain, snapshot.workflow_key, snapshot.workflow_version)
+    _check_readable(request, definition, snapshot)
+    return snapshot
 
 
 def _info(request: Request) -> RequestInfo:
@@ -60,11 +163,12 @@ def _info(request: Request) -> RequestInfo:
         actor=request.user.get_username() if request.user.is_authenticated else "",
         headers={k.lower(): v for k, v in request.headers.items()},
         query=dict(request.query_params.items()),
+        caller=lambda: _caller(request),
     )
 
 
 def _is_sync(request: Request) -> bool:
-    return str(request.query_params.get("sync", "false")).lower() in ("true", "1", "yes")
+    return _flag(request.query_params.get("sync"), "sync")
 
 
 def _with_etags(response: Response, instance: InstanceSnapshot) -> Response:
@@ -97,6 +201,7 @@ def _answer(
     *,
     accepted: bool,
     retried: bool = False,
+    request: Request | None = None,
 ) -> Response:
     """Run a start/transition/retry and answer: 202 `{id, status}` when accepted for a job;
     else 200 with the instance envelope. A run that faults its instance answers 200 as well,
@@ -113,7 +218,7 @@ def _answer(
         instance = instance_by_id(fault.instance_id) or instance_snapshot(
             domain=domain, workflow=workflow, ref=str(fault.instance_id)
         )
-        return _faulted(instance, fault.code, fault.message, retried)
+        return _faulted(instance, fault.code, fault.message, retried, request)
     instance = outcome.instance
     execution = outcome.execution
     if not accepted and execution is not None and execution.relays:
@@ -134,8 +239,27 @@ def _answer(
         incident = active_incident(instance) if instance.status == InstanceStatus.FAULTED else None
         if incident is not None:
             code, detail = incident["errorCode"], incident["message"]
-            return _faulted(instance, code, detail, retried)
-    return _with_etags(Response({**envelope(instance), **extra}), instance)
+            return _faulted(instance, code, detail, retried, request)
+    return _with_etags(Response({**_shown_envelope(instance, request), **extra}), instance)
+
+
+def _shown_envelope(instance: InstanceSnapshot, request: Request | None) -> dict[str, Any]:
+    """The envelope with the data the caller may see: none when the state's query roles
+    refuse them, else through the master schema's field rules. No request: as stored."""
+    body = envelope(instance)
+    if request is None:
+        return body
+    definition = workflow_definition(
+        instance.domain, instance.workflow_key, instance.workflow_version
+    )
+    if not definition.query_roles(instance.current_state) and master_schema(definition) is None:
+        return body  # nothing to decide: no groups query
+    roles = _roles_on(request, instance)
+    if not readable(definition, instance.current_state, roles):
+        body["attributes"] = {}
+    else:
+        body["attributes"] = shown_attributes(definition, instance, roles)
+    return body
 
 
 def _retried(instance: InstanceSnapshot, outcome: InstanceOutcome | None = None) -> dict[str, Any]:
@@ -152,21 +276,35 @@ def _faulted(
     code: str,
     detail: str,
     retried: bool,
+    request: Request | None = None,
 ) -> Response:
     path = _instance_path(instance)
     error = {"errorCode": code, "detail": detail, "incident": {"href": f"{path}/incidents/active"}}
     extra = _retried(instance) if retried else {}
-    return _with_etags(Response({**envelope(instance), **extra, "error": error}), instance)
+    body = {**_shown_envelope(instance, request), **extra, "error": error}
+    return _with_etags(Response(body), instance)
 
 
 class InstanceStartView(APIView):
     """Start an instance of a workflow."""
 
+    required_right = Right.START
+
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        parameters=[SYNC, OpenApiParameter("version", str, description="workflow version")],
-        responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT},
+        operation_id="instance_start",
+        tags=["instances"],
+        request=StartBodySerializer,
+        parameters=[
+            *WORKFLOW_PATH,
+            SYNC,
+            PAYLOAD_MODE,
+            OpenApiParameter("version", str, description="workflow version (default: newest)"),
+        ],
+        responses=responses(
+            {200: EnvelopeSerializer, 202: AcceptedSerializer}, 409, 422, body=True
+        ),
         summary="Start an instance",
+        examples=[START_EXAMPLE],
     )
     def post(self, request: Request, domain: str, workflow: str) -> Response:
         """Start (idempotent by business key); 200 envelope with `sync=true`, else 202."""
@@ -183,19 +321,25 @@ class InstanceStartView(APIView):
             )
 
         if sync:
-            return _answer(domain, workflow, run, accepted=False)
+            return _answer(domain, workflow, run, accepted=False, request=request)
         outcome = run()
         # An idempotent start answers with the instance that already exists.
-        return _answer(domain, workflow, lambda: outcome, accepted=outcome.created)
+        return _answer(domain, workflow, lambda: outcome, accepted=outcome.created, request=request)
 
 
 class InstanceTransitionView(APIView):
     """Fire a transition on an instance."""
 
+    required_right = Right.DRIVE
+
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        parameters=[SYNC],
-        responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT},
+        operation_id="instance_transition_run",
+        tags=["instances"],
+        request=TransitionBodySerializer,
+        parameters=[*INSTANCE_PATH, TRANSITION_PATH, SYNC, PAYLOAD_MODE],
+        responses=responses(
+            {200: EnvelopeSerializer, 202: AcceptedSerializer}, 409, 422, body=True
+        ),
         summary="Run a transition",
     )
     def patch(
@@ -216,16 +360,23 @@ class InstanceTransitionView(APIView):
                 info=_info(request),
             ),
             accepted=not sync,
+            request=request,
         )
 
 
 class InstanceRetryView(APIView):
     """Retry a Faulted instance."""
 
+    required_right = Right.DRIVE
+
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        parameters=[SYNC],
-        responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT},
+        operation_id="instance_retry",
+        tags=["instances"],
+        request=RetryBodySerializer,
+        parameters=[*INSTANCE_PATH, SYNC],
+        responses=responses(
+            {200: EnvelopeSerializer, 202: AcceptedSerializer}, 409, 422, body=True
+        ),
         summary="Retry a faulted instance",
     )
     def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
@@ -246,15 +397,21 @@ class InstanceRetryView(APIView):
             ),
             accepted=not sync,
             retried=True,
+            request=request,
         )
 
 
 class InstanceLongPollAckView(APIView):
     """Acknowledge a long-poll that stopped at a `terminate` state."""
 
+    required_right = Right.DRIVE
+
     @extend_schema(
+        operation_id="instance_long_poll_ack",
+        tags=["instances"],
         request=None,
-        responses={200: OpenApiTypes.OBJECT},
+        parameters=INSTANCE_PATH,
+        responses=responses({200: EnvelopeSerializer}, 409, 422),
         summary="Acknowledge a terminated long-poll",
     )
     def patch(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
@@ -268,12 +425,16 @@ class InstanceLongPollAckView(APIView):
                 domain=domain, workflow=workflow, ref=instance, info=_info(request)
             ),
             accepted=False,
+            request=request,
         )
 
     @extend_schema(
+        operation_id="instance_long_poll_ack_post",
+        tags=["instances"],
         request=None,
-        responses={200: OpenApiTypes.OBJECT},
-        summary="Acknowledge a terminated long-poll",
+        parameters=INSTANCE_PATH,
+        responses=responses({200: EnvelopeSerializer}, 409, 422),
+        summary="Acknowledge a terminated long-poll (POST form)",
     )
     def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """The same as PATCH."""
@@ -283,34 +444,43 @@ class InstanceLongPollAckView(APIView):
 class InstanceDetailView(APIView):
     """One instance."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Get an instance")
+    required_right = Right.READ_INSTANCES
+
+    @extend_schema(
+        operation_id="instance_get",
+        tags=["instances"],
+        parameters=[*INSTANCE_PATH, IF_NONE_MATCH],
+        responses=responses({200: InstanceSerializer, 304: NOT_MODIFIED}),
+        summary="Get an instance",
+    )
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """The instance with its metadata; 304 for a matching If-None-Match."""
         snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        definition = workflow_definition(domain, snapshot.workflow_key, snapshot.workflow_version)
+        roles = _check_readable(request, definition, snapshot)
         if _not_modified(request, snapshot.etag):
             return _with_etags(Response(status=status.HTTP_304_NOT_MODIFIED), snapshot)
         body = instance_detail(snapshot, active_incident(snapshot))
+        body["attributes"] = shown_attributes(definition, snapshot, roles)
         return _with_etags(Response(body), snapshot)
 
 
 class InstanceListView(APIView):
     """Instances of a workflow."""
 
+    required_right = Right.READ_INSTANCES
+
     @extend_schema(
-        parameters=[
-            OpenApiParameter("filter", str, description='JSON, e.g. {"status": {"eq": "A"}}'),
-            OpenApiParameter(
-                "sort", str, description='{"field": "createdAt", "direction": "desc"}'
-            ),
-            OpenApiParameter("page", int),
-            OpenApiParameter("pageSize", int),
-        ],
-        responses={200: OpenApiTypes.OBJECT},
+        operation_id="instance_list",
+        tags=["instances"],
+        parameters=[*WORKFLOW_PATH, FILTER, SORT, PAGE, PAGE_SIZE],
+        responses=responses({200: InstancePageSerializer}),
         summary="List instances",
     )
     def get(self, request: Request, domain: str, workflow: str) -> Response:
         """A page of instances with next/prev links."""
         params = request.query_params
+        caller = _caller(request)
         page = instance_list(
             domain=domain,
             workflow=workflow,
@@ -318,6 +488,7 @@ class InstanceListView(APIView):
             sort=params.get("sort"),
             page=params.get("page"),
             page_size=params.get("pageSize"),
+            visible=readable_instances(domain, workflow, caller),
         )
 
         def link(number: int) -> str:
@@ -329,7 +500,13 @@ class InstanceListView(APIView):
         incidents = active_incidents([row.pk for row in page.items])
         return Response(
             {
-                "items": [list_item(row, incidents.get(row.pk)) for row in page.items],
+                "items": [
+                    {
+                        **list_item(row, incidents.get(row.pk)),
+                        "attributes": listed_attributes(row, caller),
+                    }
+                    for row in page.items
+                ],
                 "page": page.page,
                 "pageSize": page.page_size,
                 "hasNext": page.has_next,
@@ -344,24 +521,36 @@ class InstanceListView(APIView):
 class InstanceHistoryView(APIView):
     """The transition history of an instance."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Transition history")
+    required_right = Right.READ_INSTANCES
+
+    @extend_schema(
+        operation_id="instance_history",
+        tags=["instances"],
+        parameters=INSTANCE_PATH,
+        responses=responses({200: HistorySerializer}),
+        summary="Transition history",
+    )
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """Every transition attempt, oldest first."""
-        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        snapshot = _readable_snapshot(request, domain, workflow, instance)
         return Response({"items": [history_row(row) for row in instance_history(snapshot)]})
 
 
 class InstanceIncidentListView(APIView):
     """The incidents of an instance, newest first."""
 
+    required_right = Right.READ_INSTANCES
+
     @extend_schema(
-        parameters=[OpenApiParameter("page", int), OpenApiParameter("pageSize", int)],
-        responses={200: OpenApiTypes.OBJECT},
+        operation_id="instance_incident_list",
+        tags=["incidents"],
+        parameters=[*INSTANCE_PATH, PAGE, PAGE_SIZE],
+        responses=responses({200: IncidentPageSerializer}),
         summary="Incidents of an instance",
     )
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """`{hasActiveIncident, items, page, pageSize, hasNext}`."""
-        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        snapshot = _readable_snapshot(request, domain, workflow, instance)
         page, size = parse_page(
             request.query_params.get("page"), request.query_params.get("pageSize")
         )
@@ -380,10 +569,18 @@ class InstanceIncidentListView(APIView):
 class InstanceActiveIncidentView(APIView):
     """The open incident of an instance."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="Open incident")
+    required_right = Right.READ_INSTANCES
+
+    @extend_schema(
+        operation_id="instance_incident_active",
+        tags=["incidents"],
+        parameters=INSTANCE_PATH,
+        responses=responses({200: IncidentSerializer}),
+        summary="Open incident",
+    )
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """The newest open incident; 404 `Instance:100037` (a normal answer) when none."""
-        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        snapshot = _readable_snapshot(request, domain, workflow, instance)
         incident = active_incident(snapshot)
         if incident is None:
             raise VNextError(
@@ -397,59 +594,144 @@ class InstanceActiveIncidentView(APIView):
 class InstanceFunctionView(APIView):
     """Built-in functions: state, data, view, schema."""
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("transitionKey", str),
-            OpenApiParameter(
-                "wait",
-                float,
-                description="state only: with If-None-Match = the current eTag, hold the "
-                "request up to this many seconds for a change (long-poll), then 304",
-            ),
-        ],
-        responses={200: OpenApiTypes.OBJECT, 304: None},
-        summary="Built-in instance function",
-    )
+    required_right = Right.READ_INSTANCES
+
+    # The typed routes (`functions/state`, ...) are the documented ones; this one answers
+    # 404 to a name that is none of them.
+    schema: Any = None
+
     def get(
         self, request: Request, domain: str, workflow: str, instance: str, function: str
     ) -> Response:
-        """`state` and `data` carry an ETag and answer 304 to a matching If-None-Match."""
+        """`state` and `data` carry an ETag and answer 304 to a matching If-None-Match. Every
+        function answers 403 when the current state's query roles refuse the caller; for a
+        parent waiting on a subflow chain the leaf's state decides (the state it describes)."""
         snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
         definition = workflow_definition(domain, snapshot.workflow_key, snapshot.workflow_version)
         transition_key = request.query_params.get("transitionKey")
         if function == "state":
-            # A parent waiting on a SubFlow chain describes its leaf (seed 000).
-            levels = subflow_chain(snapshot)
-            base = request.path.rsplit("/functions/", 1)[0]
-            correlations = active_correlations(snapshot, levels)
-            if not levels:
-                body = state_function(definition, snapshot, base, correlations=correlations)
-            else:
-                leaf = levels[-1].child
-                body = state_function(
-                    workflow_definition(leaf.domain, leaf.workflow_key, leaf.workflow_version),
-                    leaf,
-                    base,
-                    correlations=correlations,
-                    data_base=(
-                        f"/api/v1/{leaf.domain}/workflows/{leaf.workflow_key}/instances/{leaf.id}"
-                    ),
-                )
-            body = with_state_etag(body)
-            etag = body["eTag"]
-            if _not_modified(request, etag):
-                return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
-            return _etag(Response(body), etag)
+            return self._state(request, definition, snapshot)
+        if function == "authorize":
+            return _authorize(request, definition, snapshot)
+        roles = _check_readable(request, definition, snapshot)
         if function == "data":
+            shown = shown_attributes(definition, snapshot, roles)
             etag = snapshot.entity_etag
+            if shown is not snapshot.data:
+                # What this caller sees differs from the stored data: so does its tag.
+                digest = hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode())
+                etag = f"{etag}-{digest.hexdigest()[:16]}"
             if _not_modified(request, etag):
                 return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
-            return _etag(Response(data_function(snapshot)), etag)
+            return _etag(Response(data_function(snapshot, shown, etag=etag)), etag)
         if function == "view":
             return Response(view_function(definition, snapshot, transition_key))
         if function == "schema":
             return Response(schema_function(definition, snapshot, transition_key))
         raise VNextError(Codes.APP_NOT_FOUND, f"unknown function {function!r}")
+
+    def _state(
+        self, request: Request, definition: WorkflowDefinition, snapshot: InstanceSnapshot
+    ) -> Response:
+        wait = request.query_params.get("wait")
+        if wait is not None:
+            # Honoured by the long-poll route in front of this view; checked here all the same.
+            try:
+                seconds = float(wait)
+            except ValueError:
+                seconds = -1.0
+            if not seconds >= 0:  # also NaN
+                raise VNextError(
+                    Codes.APP_INVALID_REQUEST,
+                    "wait must be a number of seconds (0 or more)",
+                    [Violation("/wait", "a number of seconds, 0 or more")],
+                )
+        # A parent waiting on a SubFlow chain describes its leaf (seed 000).
+        levels = subflow_chain(snapshot)
+        base = request.path.rsplit("/functions/", 1)[0]
+        correlations = active_correlations(snapshot, levels)
+        leaf, leaf_definition, data_base = snapshot, definition, None
+        if levels:
+            leaf = levels[-1].child
+            leaf_definition = workflow_definition(
+                leaf.domain, leaf.workflow_key, leaf.workflow_version
+            )
+            data_base = f"/api/v1/{leaf.domain}/workflows/{leaf.workflow_key}/instances/{leaf.id}"
+        roles = _check_readable(request, leaf_definition, leaf)
+        body = state_function(
+            leaf_definition,
+            leaf,
+            base,
+            correlations=correlations,
+            data_base=data_base,
+            roles=roles,
+            languages=_languages(request),
+        )
+        body = with_state_etag(body)
+        etag = body["eTag"]
+        if _not_modified(request, etag):
+            return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
+        return _etag(Response(body), etag)
+
+
+def _authorize(
+    request: Request, definition: WorkflowDefinition, instance: InstanceSnapshot
+) -> Response:
+    """`functions/authorize` (API.md 3): may the caller (or the roles named by `role`) fire
+    `transitionKey`, acknowledge its long-poll (`ack=true`) or read the instance
+    (`queryRoles=true`, the default question)? 200 `{"allowed": true}` or 403
+    `{"allowed": false}`."""
+    params = request.query_params
+    named = [r for value in params.getlist("role") for r in value.split(",") if r.strip()]
+    if named:
+        caller = Caller(_caller(request).actor, frozenset(r.strip() for r in named))
+        roles = caller.on(instance.created_by, instance.modified_by)
+    else:
+        roles = _roles_on(request, instance)
+    state = instance.current_state
+    transition_key = params.get("transitionKey")
+    if transition_key:
+        transition = definition.transition_for(state, transition_key)
+        if transition is None:
+            raise VNextError(
+                Codes.TRANSITION_NOT_FOUND,
+                f"no transition {transition_key!r} in state {state!r}",
+                instance_id=str(instance.id),
+            )
+        verdict = transition.allows(state, roles)
+    elif _flag(params.get("ack"), "ack"):
+        long_poll = definition.states[state].long_poll if state in definition.states else None
+        awaiting = instance.busy_owner.startswith(LONG_POLL_OWNER_PREFIX)
+        verdict = not awaiting or long_poll is None or allowed(long_poll.get("roles"), roles)
+    elif params.get("functionKey"):
+        raise VNextError(
+            Codes.APP_INVALID_REQUEST,
+            "custom functions are not supported by this version: nothing to authorize",
+            [Violation("/functionKey", "custom functions are not supported by this version")],
+        )
+    else:
+        # `queryRoles=true`, and the question asked when none is: may the caller read it?
+        _flag(params.get("queryRoles"), "queryRoles")
+        verdict = readable(definition, state, roles)
+    code = status.HTTP_200_OK if verdict else status.HTTP_403_FORBIDDEN
+    return Response({"allowed": verdict}, status=code)
+
+
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
+
+
+def _flag(value: str | None, name: str = "flag") -> bool:
+    """A boolean query parameter; anything but true/false (1/0, yes/no) is 400."""
+    text = str(value or "").lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise VNextError(
+        Codes.APP_INVALID_REQUEST,
+        f"{name} must be true or false, not {value!r}",
+        [Violation(f"/{name}", "must be true or false")],
+    )
 
 
 def _etag(response: Response, etag: str) -> Response:
@@ -457,8 +739,92 @@ def _etag(response: Response, etag: str) -> Response:
     return response
 
 
+def _function_view(name: str, serializer: Any, **documented: Any) -> type[InstanceFunctionView]:
+    """The route of one built-in function, documented with its own body."""
+
+    class FunctionView(InstanceFunctionView):
+        schema = AutoSchema()
+
+        @extend_schema(
+            operation_id=f"instance_function_{name}",
+            tags=["functions"],
+            responses=responses(
+                {200: serializer, **documented.pop("more", {})}, *documented.pop("errors", ())
+            ),
+            **documented,
+        )
+        def get(  # type: ignore[override]
+            self, request: Request, domain: str, workflow: str, instance: str
+        ) -> Response:
+            """The built-in function (see the class docstring)."""
+            return super().get(request, domain, workflow, instance, name)
+
+    FunctionView.__name__ = FunctionView.__qualname__ = f"Instance{name.title()}FunctionView"
+    FunctionView.__doc__ = f"Built-in function `{name}`."
+    return FunctionView
+
+
+TRANSITION_KEY = OpenApiParameter("transitionKey", str, description="a transition of the state")
+InstanceStateFunctionView = _function_view(
+    "state",
+    StateFunctionSerializer,
+    more={304: NOT_MODIFIED},
+    parameters=[
+        *INSTANCE_PATH,
+        IF_NONE_MATCH,
+        ACCEPT_LANGUAGE,
+        OpenApiParameter(
+            "wait",
+            {"type": "number", "minimum": 0},
+            description="with If-None-Match = the current eTag, hold the request up to this "
+            "many seconds for a change (long-poll), then 304",
+        ),
+    ],
+    summary="State function: where the instance is, what the caller may do next",
+)
+InstanceDataFunctionView = _function_view(
+    "data",
+    DataFunctionSerializer,
+    more={304: NOT_MODIFIED},
+    parameters=[*INSTANCE_PATH, IF_NONE_MATCH],
+    summary="Data function: the instance data the caller may see",
+)
+InstanceViewFunctionView = _function_view(
+    "view",
+    ViewFunctionSerializer,
+    parameters=[
+        *INSTANCE_PATH,
+        TRANSITION_KEY,
+        OpenApiParameter("platform", str, description="web, ios, android"),
+    ],
+    summary="View function: the view of the state or of a transition",
+)
+InstanceSchemaFunctionView = _function_view(
+    "schema",
+    SchemaFunctionSerializer,
+    parameters=[*INSTANCE_PATH, TRANSITION_KEY],
+    summary="Schema function: the schema of a transition (or the master schema)",
+)
+InstanceAuthorizeFunctionView = _function_view(
+    "authorize",
+    AuthorizeSerializer,
+    parameters=[
+        *INSTANCE_PATH,
+        TRANSITION_KEY,
+        OpenApiParameter("queryRoles", OpenApiTypes.BOOL, description="may read the instance"),
+        OpenApiParameter("ack", OpenApiTypes.BOOL, description="may acknowledge its long-poll"),
+        OpenApiParameter(
+            "role", str, description="decide for these roles (comma separated) instead"
+        ),
+    ],
+    summary="Authorize: may the caller (or the named roles) do this?",
+)
+
+
 class SubflowForwardView(APIView):
     """Internal relay of a chain-reserved transition (API.md 5): service credential only."""
+
+    permission_classes = [IsAuthenticated]  # and the relay permission, checked below
 
     # Internal (service credential only): not part of the public API document.
     @extend_schema(exclude=True)

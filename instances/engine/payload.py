@@ -38,11 +38,16 @@ def split_payload(body: Any, mode: str | None = None) -> Payload:
     `standard` reads it as an envelope. Otherwise a body with a top-level `attributes` (any
     case), or whose keys are all envelope fields, is an envelope; anything else is free.
     """
-    mode = (mode or "").strip().lower()
+    if mode is not None and mode not in ("raw", "standard"):
+        raise VNextError(
+            Codes.APP_INVALID_REQUEST,
+            f"x-vnext-payload-mode is raw or standard, not {mode[:40]!r}",
+            violations=[Violation("/x-vnext-payload-mode", "raw or standard")],
+        )
     if body is None:
         body = {}
     if mode == "raw":
-        return Payload(attributes=body)
+        return Payload(attributes=_data_object(body))
     if isinstance(body, dict):
         lowered = {str(k).lower(): k for k in body}
         is_envelope = (
@@ -58,7 +63,18 @@ def split_payload(body: Any, mode: str | None = None) -> Payload:
             "a standard payload is a JSON object",
             violations=[Violation("", "expected an object")],
         )
-    return Payload(attributes=body)
+    return Payload(attributes=_data_object(body))
+
+
+def _data_object(body: Any) -> dict[str, Any]:
+    # Instance data is a JSON object (transitions merge into it): a free payload must be one.
+    if not isinstance(body, dict):
+        raise VNextError(
+            Codes.APP_INVALID_REQUEST,
+            "the instance data is a JSON object",
+            violations=[Violation("", f"expected an object, got {type(body).__name__}")],
+        )
+    return body
 
 
 def _envelope(body: dict[str, Any], lowered: dict[str, Any]) -> Payload:

@@ -16,6 +16,7 @@ from tests.engine.builders import state, transition, workflow
 from tests.instances.answers import fault, fault_code
 from tests.instances.http_server import http_server
 from tests.instances.workflows import http_ref, http_task, publish
+from workflows.models import DomainReach
 
 pytestmark = pytest.mark.django_db
 BASE = "/api/v1/core/workflows/calls/instances"
@@ -217,6 +218,18 @@ def test_an_instance_data_task_may_not_read_another_domain(operator_client):
     operator_client.patch(f"{BASE}/{created['id']}/transitions/call?sync=true", {}, format="json")
     (row,) = InstanceTask.objects.filter(instance_id=created["id"], task_key="read-other")
     assert (row.status, row.error_code) == ("failed", "Task:DomainDenied")
+
+
+def test_a_domain_reach_lets_the_task_read_the_other_domain(operator_client):
+    DomainReach.objects.create(domain="core", workflow="calls", target_domain="payments")
+    publish(read_other("payments"), calls_workflow([http_ref("read-other", mapping=GET_DATA)]))
+    created = operator_client.post(
+        f"{BASE}/start?sync=true", {"customer": "me", "other": "p-1"}, format="json"
+    ).json()
+    operator_client.patch(f"{BASE}/{created['id']}/transitions/call?sync=true", {}, format="json")
+    (row,) = InstanceTask.objects.filter(instance_id=created["id"], task_key="read-other")
+    # Past the domain gate: the payments domain simply has no such instance.
+    assert (row.status, row.error_code) == ("failed", "Task:Instance:404")
 
 
 def test_unsupported_task_type_fails_clearly(operator_client):

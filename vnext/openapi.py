@@ -1,0 +1,91 @@
+"""What the OpenAPI document says of every operation beside its own bodies: the problem body
+(RFC 7807 with `errorCode`, API.md section 1) on each error status, served as
+`application/problem+json`, and the headers clients send."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+class ViolationSerializer(serializers.Serializer):
+    """One field-level error: the JSON pointer that failed and why."""
+
+    pointer = serializers.CharField(help_text="JSON pointer into the request, e.g. /attributes/a")
+    message = serializers.CharField()
+
+
+class ProblemSerializer(serializers.Serializer):
+    """An error answer (RFC 7807, with the platform's `errorCode`)."""
+
+    type = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    errorCode = serializers.CharField(help_text="e.g. Instance:100031, Transition:100010")
+    instanceId = serializers.CharField(required=False, allow_null=True)
+    errors = ViolationSerializer(many=True, required=False)  # type: ignore[assignment]
+
+
+_WHY = {
+    400: "Bad input: the pointer of each violation in `errors`",
+    401: "No or invalid credentials",
+    403: "No grant for this, or the workflow's roles refuse the caller",
+    404: "Unknown workflow, instance, transition or component",
+    405: "Method not allowed on this path",
+    406: "Only JSON is served",
+    409: "Conflict: busy instance, lock held, or nothing to acknowledge",
+    413: "Request body too large",
+    415: "Unsupported request media type",
+    422: "The run went deeper than the automatic-transition limit",
+    429: "Too many failed logins: locked out for the cool-off",
+}
+# Every operation may answer these, whatever it does.
+COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 429)
+
+
+def problem(status: int, why: str | None = None) -> OpenApiResponse:
+    """The problem body as the response of `status`."""
+    return OpenApiResponse(ProblemSerializer, description=why or _WHY.get(status, "Error"))
+
+
+def responses(success: dict[int, Any], *extra_errors: int, body: bool = False) -> dict[Any, Any]:
+    """`success` (status -> serializer/response) plus the problem body on the common error
+    statuses and `extra_errors`; with `body`, also 413 and 415 (the operation reads one)."""
+    answers: dict[Any, Any] = dict(success)
+    errors = set(COMMON_ERRORS) | set(extra_errors) | ({413, 415} if body else set())
+    for status in sorted(errors):
+        answers[(status, PROBLEM_MEDIA_TYPE)] = problem(status)
+    return answers
+
+
+SYNC = OpenApiParameter(
+    "sync",
+    OpenApiTypes.BOOL,
+    description="true: run to the next rest point and answer 200 with the instance; "
+    "false (default): accept the work as a job and answer 202",
+)
+PAYLOAD_MODE = OpenApiParameter(
+    "x-vnext-payload-mode",
+    str,
+    location=OpenApiParameter.HEADER,
+    enum=["raw", "standard"],
+    description="Read the body as the standard envelope or as free data (API.md 1)",
+)
+IF_NONE_MATCH = OpenApiParameter(
+    "If-None-Match",
+    str,
+    location=OpenApiParameter.HEADER,
+    description="An eTag from an earlier answer: 304 while nothing changed",
+)
+ACCEPT_LANGUAGE = OpenApiParameter(
+    "Accept-Language",
+    str,
+    location=OpenApiParameter.HEADER,
+    description="Labels and the state alias in this language (e.g. tr-TR, en;q=0.8)",
+)
