@@ -1,6 +1,6 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions`, `jobs`, `locks`, `subflows`, `longpoll` and `serving` suites need
+The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving` and `fuzz` suites need
 PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
 (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never
 writes to the test database. The other suites use no database.
@@ -22,8 +22,9 @@ SUITES = (
     "subflows",
     "longpoll",
     "serving",
+    "fuzz",
 )
-DATABASE_SUITES = {"transitions", "jobs", "locks", "subflows", "longpoll", "serving"}
+DATABASE_SUITES = {"transitions", "jobs", "locks", "subflows", "longpoll", "serving", "fuzz"}
 
 
 def main(argv: list[str]) -> None:
@@ -40,6 +41,7 @@ def main(argv: list[str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     django.setup()
     from bench import (
+        bench_fuzz,
         bench_jobs,
         bench_locks,
         bench_longpoll,
@@ -59,6 +61,7 @@ def main(argv: list[str]) -> None:
         "subflows": bench_subflows.main,
         "longpoll": bench_longpoll.main,
         "serving": bench_serving.main,
+        "fuzz": bench_fuzz.main,
     }
     from bench.summary import print_summary
 

@@ -29,3 +29,38 @@ class PublishResultOutputSerializer(serializers.Serializer):
     version = serializers.CharField()
     status = serializers.ChoiceField(choices=["published", "unchanged"])
     contentHash = serializers.CharField()
+
+
+class ComponentDocumentSerializer(serializers.Serializer):
+    """A component document (workflow, task, schema, view, function, extension, mapping), as
+    published and as read back. `attributes` is the kind's own body (vnext-schema)."""
+
+    key = serializers.CharField(max_length=200)
+    domain = serializers.CharField(max_length=100)
+    version = serializers.CharField(max_length=64)
+    flow = serializers.CharField(max_length=100)
+    flowVersion = serializers.CharField(required=False, max_length=64)
+    tags = serializers.ListField(child=serializers.CharField())
+    attributes = serializers.DictField()
+
+
+class PublishBatchOutputSerializer(serializers.Serializer):
+    """The answer to publishing a JSON array of documents (all or nothing)."""
+
+    items = PublishResultOutputSerializer(many=True)
+
+
+class ComponentVersionsOutputSerializer(serializers.Serializer):
+    """One component with its published versions, newest first."""
+
+    key = serializers.CharField()
+    latest = serializers.CharField()
+    versions = ComponentVersionOutputSerializer(many=True)
+
+
+class ComponentListOutputSerializer(serializers.Serializer):
+    """The components of a kind in a domain the caller may read."""
+
+    kind = serializers.CharField()
+    domain = serializers.CharField()
+    items = ComponentVersionsOutputSerializer(many=True)

@@ -5,16 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.permissions import BasePermission
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
+from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from instances.engine.errors import Codes, Violation, VNextError
+from vnext.openapi import responses
+from workflows.access import Right, granted_workflows
 from workflows.api.serializers import (
+    ComponentDocumentSerializer,
+    ComponentListOutputSerializer,
     ComponentVersionOutputSerializer,
+    PublishBatchOutputSerializer,
     PublishResultOutputSerializer,
 )
 from workflows.documents import ComponentKind, ComponentRef
@@ -27,6 +31,12 @@ class CanPublishComponents(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return bool(request.user and request.user.has_perm("workflows.add_component"))
+
+
+KIND = OpenApiParameter(
+    "kind", str, OpenApiParameter.PATH, enum=list(ComponentKind.values), description="kind"
+)
+DOMAIN = OpenApiParameter("domain", str, OpenApiParameter.PATH, description="e.g. core")
 
 
 def _checked_kind(kind: str) -> str:
@@ -56,9 +66,21 @@ class DefinitionPublishView(APIView):
     permission_classes = [CanPublishComponents]
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
-        responses={200: PublishResultOutputSerializer},
-        summary="Publish a component definition",
+        operation_id="definition_publish",
+        tags=["definitions"],
+        request=ComponentDocumentSerializer,
+        responses=responses(
+            {
+                200: PolymorphicProxySerializer(
+                    component_name="PublishAnswer",
+                    serializers=[PublishResultOutputSerializer, PublishBatchOutputSerializer],
+                    resource_type_field_name=None,
+                )
+            },
+            409,
+            body=True,
+        ),
+        summary="Publish a component definition (or a JSON array of them)",
         description=(
             "Validates the document (JSON Schema, semantic rules, scripts) and stores it. "
             "Publishing the same content again is a no-op (status `unchanged`); other content "
@@ -108,9 +130,25 @@ class DefinitionPublishView(APIView):
 class DefinitionDetailView(APIView):
     """One component document."""
 
+    # A workflow's definition needs a grant on that workflow; a task, schema, view... is the
+    # domain's, so it needs a domain-wide grant.
+    required_right = Right.READ_DEFINITIONS
+
+    @staticmethod
+    def right_workflow(kwargs: dict[str, Any]) -> str:
+        """The workflow the grant must cover: the key of a workflow definition, else none."""
+        return str(kwargs.get("key", "")) if kwargs.get("kind") == ComponentKind.WORKFLOW else ""
+
     @extend_schema(
-        parameters=[OpenApiParameter("version", str, description="exact version; default newest")],
-        responses={200: OpenApiTypes.OBJECT},
+        operation_id="definition_get",
+        tags=["definitions"],
+        parameters=[
+            KIND,
+            DOMAIN,
+            OpenApiParameter("key", str, OpenApiParameter.PATH, description="component key"),
+            OpenApiParameter("version", str, description="exact version; default newest"),
+        ],
+        responses=responses({200: ComponentDocumentSerializer}),
         summary="Read a component definition",
     )
     def get(self, request: Request, kind: str, domain: str, key: str) -> Response:
@@ -127,13 +165,34 @@ class DefinitionDetailView(APIView):
 
 
 class DefinitionListView(APIView):
-    """Every component of a kind in a domain, with its versions."""
+    """Every component of a kind in a domain, with its versions: workflows filtered to those
+    the caller may read; other kinds need a domain-wide grant."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, summary="List component definitions")
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        operation_id="definition_list",
+        tags=["definitions"],
+        parameters=[KIND, DOMAIN],
+        responses=responses({200: ComponentListOutputSerializer}),
+        summary="List component definitions",
+    )
     def get(self, request: Request, kind: str, domain: str) -> Response:
         """`{"items": [{"key", "latest", "versions": [...]}]}`, keys sorted, newest first."""
+        _checked_kind(kind)
+        components = component_list(kind=kind, domain=domain)
+        user = request.user
+        visible = granted_workflows(user, Right.READ_DEFINITIONS, domain)
+        if kind == ComponentKind.WORKFLOW and visible is not None and visible.children:
+            components = components.filter(visible)
+        elif visible is not None:
+            raise VNextError(
+                Codes.AUTHORIZATION_DENIED,
+                f"reading {kind} definitions of {domain!r} needs a grant"
+                + ("" if kind == ComponentKind.WORKFLOW else " on the whole domain"),
+            )
         grouped: dict[str, list[Any]] = {}
-        for component in component_list(kind=_checked_kind(kind), domain=domain):
+        for component in components:
             grouped.setdefault(component.key, []).append(component)
         items = [
             {
