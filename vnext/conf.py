@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     # Salt of the digests master-schema `x-encryption: hash` fields are shown as; None: one
     # derived from SECRET_KEY (stable per installation, unguessable without it).
     "SCHEMA_HASH_SALT": None,
+    # How deep objects and arrays may nest in a request body (deeper: 400).
+    "MAX_BODY_DEPTH": 64,
     # The claim of a JWT bearer token that lists the caller's roles (beside its groups).
     "JWT_ROLES_CLAIM": "roles",
     # How long an API token's user is remembered (see vnext/authentication.py); 0 = never.

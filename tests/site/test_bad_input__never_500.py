@@ -25,6 +25,11 @@ BODIES: dict[str, tuple[bytes, int, str]] = {
         "App:900009",
     ),
     "JSON nested 100,000 levels": (b"[" * 100_000 + b"]" * 100_000, 400, "App:900002"),
+    "attributes nested 900 levels": (
+        b'{"attributes": ' + b'{"a": ' * 900 + b"1" + b"}" * 900 + b"}",
+        400,
+        "App:900002",
+    ),
     "a 5,000-digit integer": (b'{"attributes": {"a": ' + b"9" * 5000 + b"}}", 400, "App:900002"),
     "a NUL in the business key": (b'{"key": "a\\u0000b"}', 400, "App:900002"),
     "a NUL in an attribute": (b'{"attributes": {"a": "x\\u0000y"}}', 400, "Instance:DataRefused"),
