@@ -9,9 +9,14 @@ bypass through the API.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.cache import cache
 from django.db.models import Q
+from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from instances.engine.roles import Caller
 from vnext.conf import vnext_setting
@@ -29,19 +34,57 @@ class Right:
     ALL = (READ_DEFINITIONS, READ_INSTANCES, START, DRIVE)
 
 
-_GRANTS_ATTRIBUTE = "_vnext_workflow_grants"
-_ROLES_ATTRIBUTE = "_vnext_group_names"
+_ACCESS_ATTRIBUTE = "_vnext_access"
+_GENERATION_KEY = "vnext:access:generation"
 
 
-def _grants(user: Any) -> list[dict[str, Any]]:
-    # One query per request: the user's grants, kept on the user object the request holds.
-    cached = getattr(user, _GRANTS_ATTRIBUTE, None)
-    if cached is None:
-        cached = list(
-            WorkflowGrant.objects.filter(group__user=user).values("domain", "workflow", *Right.ALL)
+@dataclass(frozen=True)
+class _Access:
+    grants: tuple[dict[str, Any], ...]
+    groups: frozenset[str]
+
+
+def _access(user: Any) -> _Access:
+    """The user's grants and group names: kept on the request's user object, and in Django's
+    cache for `VNEXT["TOKEN_CACHE_SECONDS"]` (two queries saved on every request). A change of
+    grants, groups or memberships moves the cache generation on: every entry is stale at once
+    (in other processes too when `CACHES` is shared; else when their entries expire)."""
+    found = getattr(user, _ACCESS_ATTRIBUTE, None)
+    if found is not None:
+        return found
+    seconds = float(vnext_setting("TOKEN_CACHE_SECONDS"))
+    key = f"vnext:access:{cache.get(_GENERATION_KEY, 0)}:{user.pk}"
+    found = cache.get(key) if seconds > 0 else None
+    if found is None:
+        grants = WorkflowGrant.objects.filter(group__user=user).values(
+            "domain", "workflow", *Right.ALL
         )
-        setattr(user, _GRANTS_ATTRIBUTE, cached)
-    return cached
+        groups = user.groups.values_list("name", flat=True)
+        found = _Access(tuple(grants), frozenset(groups))
+        if seconds > 0:
+            cache.set(key, found, timeout=seconds)
+    setattr(user, _ACCESS_ATTRIBUTE, found)
+    return found
+
+
+def _grants(user: Any) -> tuple[dict[str, Any], ...]:
+    return _access(user).grants
+
+
+def access_changed(*args: Any, **kwargs: Any) -> None:
+    """Receiver: grants, groups or memberships changed; every cached access is stale."""
+    try:
+        cache.incr(_GENERATION_KEY)
+    except ValueError:
+        cache.set(_GENERATION_KEY, 1, timeout=None)
+
+
+for _model in (WorkflowGrant, Group):
+    post_save.connect(access_changed, sender=_model, dispatch_uid=f"vnext-access-{_model}")
+    post_delete.connect(access_changed, sender=_model, dispatch_uid=f"vnext-access-del-{_model}")
+m2m_changed.connect(
+    access_changed, sender=get_user_model().groups.through, dispatch_uid="vnext-access-members"
+)
 
 
 def has_right(user: Any, right: str, domain: str, workflow: str = "") -> bool:
@@ -91,8 +134,4 @@ def caller_of(user: Any, auth: Any = None) -> Caller:
     """The caller the definition's role rules see: the actor name and its roles."""
     if user is None or not user.is_authenticated:
         return Caller("", frozenset())
-    names = getattr(user, _ROLES_ATTRIBUTE, None)
-    if names is None:
-        names = frozenset(user.groups.values_list("name", flat=True))
-        setattr(user, _ROLES_ATTRIBUTE, names)
-    return Caller(user.get_username(), names | token_roles(auth))
+    return Caller(user.get_username(), _access(user).groups | token_roles(auth))

@@ -9,3 +9,7 @@ class WorkflowsConfig(AppConfig):
     name = "workflows"
     verbose_name = "Workflow definitions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Connect the receivers that keep cached access (grants, roles) current."""
+        from workflows import access  # noqa: F401

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.instances.scenario_api import import_examples
@@ -164,3 +165,26 @@ def test_a_domain_wide_grant_covers_every_workflow_and_component(instance):
     keys = {item["key"] for item in client.get("/api/v1/definitions/workflow/core").json()["items"]}
     assert {WORKFLOW, OTHER} <= keys
     assert client.get("/api/v1/definitions/workflow/payments").status_code == 403
+
+
+def test_revoking_a_grant_or_a_membership_takes_effect_at_once(instance):
+    user: Any = get_user_model().objects.create_user("revoked", password="pw-12345678")
+    group = Group.objects.create(name="revocable")
+    grant = WorkflowGrant.objects.create(
+        group=group, domain="core", workflow=WORKFLOW, read_instances=True
+    )
+    user.groups.add(group)
+    client = APIClient()
+    token = Token.objects.create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    url = f"/api/v1/core/workflows/{WORKFLOW}/instances/{instance}"
+    assert client.get(url).status_code == 200  # now cached for the token's user
+
+    grant.read_instances = False
+    grant.save()
+    assert client.get(url).status_code == 403
+    grant.read_instances = True
+    grant.save()
+    assert client.get(url).status_code == 200
+    user.groups.remove(group)
+    assert client.get(url).status_code == 403
