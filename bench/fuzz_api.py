@@ -18,7 +18,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.generation import GenerationMode
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import (
+    negative_data_rejection,
+    positive_data_acceptance,
+)
 
 # API.md answers 400 (not 409) when the instance's state refuses a well-formed request, as vNext
 # does: a schema cannot say which state an instance is in.
@@ -38,12 +41,30 @@ def excused(case: Any, response: Any) -> list[Any]:
         # A definition is checked against the vnext-schema of its kind and the semantic rules
         # (API.md 4); the request schema only names the document's envelope.
         return [positive_data_acceptance]
+    if _free_payload(case):
+        # A body that is not the standard envelope is the data itself (API.md 1): its `tags` or
+        # `stage` are data fields, not envelope fields the schema types.
+        return [negative_data_rejection]
     sent = (case.body, case.query, case.path_parameters, case.headers)
     if response.status_code == 400 and any(_unstorable(value) for value in sent):
         # JSON allows NUL and lone surrogates; PostgreSQL text and jsonb cannot hold them, so
         # the API refuses them with 400.
         return [positive_data_acceptance]
     return []
+
+
+ENVELOPE_KEYS = {"key", "tags", "attributes", "stage"}
+
+
+def _free_payload(case: Any) -> bool:
+    body = case.body
+    if not isinstance(body, dict):
+        return False
+    mode = str((case.headers or {}).get("x-vnext-payload-mode", ""))
+    lowered = {str(name).lower() for name in body}
+    if mode == "raw":
+        return True
+    return mode != "standard" and "attributes" not in lowered and not lowered <= ENVELOPE_KEYS
 
 
 def _error_code(response: Any) -> str | None:

@@ -475,7 +475,7 @@ def _sort_term(column: _Column, *, descending: bool) -> str | OrderBy:
 
 def parse_page(page: str | None, page_size: str | None) -> tuple[int, int]:
     """`(page, page_size)` from the `page` (1..1000, default 1) and `pageSize` (1..100, default
-    10) parameters; a missing or empty parameter takes its default."""
+    10) parameters; a missing parameter takes its default (an empty one is refused)."""
     return (
         _bounded_int("page", page, default=1, maximum=MAX_PAGE),
         _bounded_int("pageSize", page_size, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE),
@@ -483,7 +483,7 @@ def parse_page(page: str | None, page_size: str | None) -> tuple[int, int]:
 
 
 def _bounded_int(name: str, raw: str | None, *, default: int, maximum: int) -> int:
-    if raw is None or not raw.strip():
+    if raw is None:
         return default
     text = raw.strip()
     if not re.fullmatch(r"[0-9]{1,9}", text) or not 1 <= int(text) <= maximum:

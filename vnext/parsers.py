@@ -40,6 +40,9 @@ class JsonParser(JSONParser):
         except RecursionError:
             data = None
         else:
+            if data is None:
+                # Every body the API reads is an object (or a list of documents to publish).
+                raise exceptions.ParseError("JSON parse error - the body is null")
             if nesting_depth(data) <= limit:
                 return data
         raise exceptions.ParseError(f"JSON parse error - the body nests deeper than {limit} levels")

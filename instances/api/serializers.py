@@ -19,9 +19,11 @@ class StartBodySerializer(serializers.Serializer):
     itself (`x-vnext-payload-mode` forces either reading)."""
 
     key = serializers.CharField(required=False, allow_null=True, max_length=100)
-    tags = serializers.ListField(child=serializers.CharField(), required=False)
+    tags = serializers.ListField(child=serializers.CharField(), required=False, allow_null=True)
     stage = serializers.CharField(required=False, allow_null=True, max_length=120)
-    attributes = serializers.DictField(required=False, help_text="The instance data")
+    attributes = serializers.DictField(
+        required=False, allow_null=True, help_text="The instance data (null: none)"
+    )
 
 
 class TransitionBodySerializer(serializers.Serializer):

@@ -15,7 +15,6 @@ from rest_framework import status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from instances.api.presenters import envelope, history_row, instance_detail, list_item
 from instances.api.serializers import (
@@ -80,6 +79,7 @@ from instances.services import (
 from instances.status import InstanceStatus
 from vnext.conf import vnext_setting
 from vnext.openapi import ACCEPT_LANGUAGE, IF_NONE_MATCH, PAYLOAD_MODE, SYNC, responses
+from vnext.views import ApiView
 from workflows.access import Right, caller_of
 
 NOT_MODIFIED = OpenApiResponse(description="Nothing changed since the eTag sent")
@@ -285,7 +285,7 @@ def _faulted(
     return _with_etags(Response(body), instance)
 
 
-class InstanceStartView(APIView):
+class InstanceStartView(ApiView):
     """Start an instance of a workflow."""
 
     required_right = Right.START
@@ -327,7 +327,7 @@ class InstanceStartView(APIView):
         return _answer(domain, workflow, lambda: outcome, accepted=outcome.created, request=request)
 
 
-class InstanceTransitionView(APIView):
+class InstanceTransitionView(ApiView):
     """Fire a transition on an instance."""
 
     required_right = Right.DRIVE
@@ -364,7 +364,7 @@ class InstanceTransitionView(APIView):
         )
 
 
-class InstanceRetryView(APIView):
+class InstanceRetryView(ApiView):
     """Retry a Faulted instance."""
 
     required_right = Right.DRIVE
@@ -401,7 +401,7 @@ class InstanceRetryView(APIView):
         )
 
 
-class InstanceLongPollAckView(APIView):
+class InstanceLongPollAckView(ApiView):
     """Acknowledge a long-poll that stopped at a `terminate` state."""
 
     required_right = Right.DRIVE
@@ -441,7 +441,7 @@ class InstanceLongPollAckView(APIView):
         return self.patch(request, domain, workflow, instance)
 
 
-class InstanceDetailView(APIView):
+class InstanceDetailView(ApiView):
     """One instance."""
 
     required_right = Right.READ_INSTANCES
@@ -465,7 +465,7 @@ class InstanceDetailView(APIView):
         return _with_etags(Response(body), snapshot)
 
 
-class InstanceListView(APIView):
+class InstanceListView(ApiView):
     """Instances of a workflow."""
 
     required_right = Right.READ_INSTANCES
@@ -518,7 +518,7 @@ class InstanceListView(APIView):
         )
 
 
-class InstanceHistoryView(APIView):
+class InstanceHistoryView(ApiView):
     """The transition history of an instance."""
 
     required_right = Right.READ_INSTANCES
@@ -536,7 +536,7 @@ class InstanceHistoryView(APIView):
         return Response({"items": [history_row(row) for row in instance_history(snapshot)]})
 
 
-class InstanceIncidentListView(APIView):
+class InstanceIncidentListView(ApiView):
     """The incidents of an instance, newest first."""
 
     required_right = Right.READ_INSTANCES
@@ -566,7 +566,7 @@ class InstanceIncidentListView(APIView):
         )
 
 
-class InstanceActiveIncidentView(APIView):
+class InstanceActiveIncidentView(ApiView):
     """The open incident of an instance."""
 
     required_right = Right.READ_INSTANCES
@@ -591,7 +591,7 @@ class InstanceActiveIncidentView(APIView):
         return Response(incident)
 
 
-class InstanceFunctionView(APIView):
+class InstanceFunctionView(ApiView):
     """Built-in functions: state, data, view, schema."""
 
     required_right = Right.READ_INSTANCES
@@ -717,12 +717,15 @@ def _authorize(
     return Response({"allowed": verdict}, status=code)
 
 
-_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
+_TRUE, _FALSE = ("true",), ("false",)
 
 
 def _flag(value: str | None, name: str = "flag") -> bool:
-    """A boolean query parameter; anything but true/false (1/0, yes/no) is 400."""
-    text = str(value or "").lower()
+    """A boolean query parameter (absent: false); anything but true or false (any case), the
+    empty string included, is 400."""
+    if value is None:
+        return False
+    text = str(value).lower()
     if text in _TRUE:
         return True
     if text in _FALSE:
@@ -821,7 +824,7 @@ InstanceAuthorizeFunctionView = _function_view(
 )
 
 
-class SubflowForwardView(APIView):
+class SubflowForwardView(ApiView):
     """Internal relay of a chain-reserved transition (API.md 5): service credential only."""
 
     permission_classes = [IsAuthenticated]  # and the relay permission, checked below

@@ -87,8 +87,8 @@ def _envelope(body: dict[str, Any], lowered: dict[str, Any]) -> Payload:
         violations.append(Violation("/key", f"a non-empty string of at most {MAX_KEY_LENGTH}"))
     if tags is None:
         tags = []
-    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-        violations.append(Violation("/tags", "a list of strings"))
+    if not isinstance(tags, list) or not all(isinstance(tag, str) and tag for tag in tags):
+        violations.append(Violation("/tags", "a list of non-empty strings"))
     if stage is None:
         stage = ""
     if not isinstance(stage, str) or len(stage) > MAX_STAGE_LENGTH:

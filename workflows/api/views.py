@@ -9,10 +9,10 @@ from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, 
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from instances.engine.errors import Codes, Violation, VNextError
 from vnext.openapi import responses
+from vnext.views import ApiView
 from workflows.access import Right, granted_workflows
 from workflows.api.serializers import (
     ComponentDocumentSerializer,
@@ -60,7 +60,7 @@ def _result(result: PublishResult) -> dict[str, Any]:
     }
 
 
-class DefinitionPublishView(APIView):
+class DefinitionPublishView(ApiView):
     """Publish one component document, or a JSON array of them (all or nothing)."""
 
     permission_classes = [CanPublishComponents]
@@ -127,7 +127,7 @@ class DefinitionPublishView(APIView):
         return Response({"items": results})
 
 
-class DefinitionDetailView(APIView):
+class DefinitionDetailView(ApiView):
     """One component document."""
 
     # A workflow's definition needs a grant on that workflow; a task, schema, view... is the
@@ -164,7 +164,7 @@ class DefinitionDetailView(APIView):
         return response
 
 
-class DefinitionListView(APIView):
+class DefinitionListView(ApiView):
     """Every component of a kind in a domain, with its versions: workflows filtered to those
     the caller may read; other kinds need a domain-wide grant."""
 
