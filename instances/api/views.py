@@ -689,6 +689,8 @@ def _authorize(
     else:
         roles = _roles_on(request, instance)
     state = instance.current_state
+    # Every flag is checked, whichever question is asked: `ack=maybe` is 400 in any company.
+    ack, _ = _flag(params.get("ack"), "ack"), _flag(params.get("queryRoles"), "queryRoles")
     transition_key = params.get("transitionKey")
     if transition_key:
         transition = definition.transition_for(state, transition_key)
@@ -699,7 +701,7 @@ def _authorize(
                 instance_id=str(instance.id),
             )
         verdict = transition.allows(state, roles)
-    elif _flag(params.get("ack"), "ack"):
+    elif ack:
         long_poll = definition.states[state].long_poll if state in definition.states else None
         awaiting = instance.busy_owner.startswith(LONG_POLL_OWNER_PREFIX)
         verdict = not awaiting or long_poll is None or allowed(long_poll.get("roles"), roles)
