@@ -13,11 +13,11 @@ from django.core.management import call_command
 from django.core.wsgi import get_wsgi_application
 from rest_framework.authtoken.models import Token
 
-from bench.fuzz_api import fuzz
+from bench.fuzz_api import FUZZ_WORKFLOW, fuzz, real_paths
 from bench.summary import record
 from instances.services import RequestInfo, instance_start
 
-WORKFLOW = "instance-management-test-workflow"
+WORKFLOW = FUZZ_WORKFLOW
 MIN_CASES = 5000
 # 18 operations x 2 modes x (random, real) paths = about 70 runs.
 EXAMPLES_PER_RUN = 80
@@ -43,14 +43,6 @@ def main() -> None:
     )
     token = Token.objects.get_or_create(user=user)[0].key
     instance = instance_start(domain="core", workflow=WORKFLOW, body={}, info=RequestInfo())
-    real_paths = {
-        "domain": "core",
-        "workflow": WORKFLOW,
-        "instance": str(instance.instance.id),
-        "transition": "complete",
-        "kind": "workflow",
-        "key": WORKFLOW,
-    }
     schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())
     started = time.monotonic()
     cases, server_errors, failures = 0, 0, []
@@ -58,7 +50,7 @@ def main() -> None:
         report = fuzz(
             schema,
             {"Authorization": f"Token {token}"},
-            real_paths,
+            real_paths(str(instance.instance.id)),
             max_examples=EXAMPLES_PER_RUN,
             seed_free=cases > 0,
             progress=print,

@@ -85,6 +85,22 @@ def _unstorable(value: Any) -> bool:
     return False
 
 
+FUZZ_WORKFLOW = "instance-management-test-workflow"
+
+
+def real_paths(instance: str) -> dict[str, str]:
+    """Path parameters naming things that exist (an example workflow, one of its instances), so
+    requests get past the 404s."""
+    return {
+        "domain": "core",
+        "workflow": FUZZ_WORKFLOW,
+        "instance": instance,
+        "transition": "complete",
+        "kind": "workflow",
+        "key": FUZZ_WORKFLOW,
+    }
+
+
 @dataclass
 class FuzzReport:
     """What a run sent and what failed (one line per distinct failure)."""

@@ -690,7 +690,8 @@ def _authorize(
         roles = _roles_on(request, instance)
     state = instance.current_state
     # Every flag is checked, whichever question is asked: `ack=maybe` is 400 in any company.
-    ack, _ = _flag(params.get("ack"), "ack"), _flag(params.get("queryRoles"), "queryRoles")
+    ack = _flag(params.get("ack"), "ack")
+    _flag(params.get("queryRoles"), "queryRoles")
     transition_key = params.get("transitionKey")
     if transition_key:
         transition = definition.transition_for(state, transition_key)
@@ -713,7 +714,6 @@ def _authorize(
         )
     else:
         # `queryRoles=true`, and the question asked when none is: may the caller read it?
-        _flag(params.get("queryRoles"), "queryRoles")
         verdict = readable(definition, state, roles)
     code = status.HTTP_200_OK if verdict else status.HTTP_403_FORBIDDEN
     return Response({"allowed": verdict}, status=code)

@@ -18,14 +18,14 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from rest_framework.authtoken.models import Token
 
-from bench.fuzz_api import fuzz
+from bench.fuzz_api import FUZZ_WORKFLOW, fuzz, real_paths
 from instances.services import RequestInfo, instance_start
 from tests.instances.scenario_api import import_examples
 
 pytestmark = pytest.mark.django_db
 
 MAX_EXAMPLES = 3
-WORKFLOW = "instance-management-test-workflow"
+WORKFLOW = FUZZ_WORKFLOW
 OPERATIONS = 18
 
 
@@ -50,18 +50,9 @@ def test_every_operation_conforms_to_the_document(api_schema: Any, operator: Any
     token = Token.objects.get_or_create(user=operator)[0].key
     # Not through the test client: it reconnects the signals the fixture disconnected.
     started = instance_start(domain="core", workflow=WORKFLOW, body={}, info=RequestInfo())
-    real_paths = {
-        "domain": "core",
-        "workflow": WORKFLOW,
-        "instance": str(started.instance.id),
-        "transition": "complete",
-        "kind": "workflow",
-        "key": WORKFLOW,
-    }
+    paths = real_paths(str(started.instance.id))
 
-    report = fuzz(
-        api_schema, {"Authorization": f"Token {token}"}, real_paths, max_examples=MAX_EXAMPLES
-    )
+    report = fuzz(api_schema, {"Authorization": f"Token {token}"}, paths, max_examples=MAX_EXAMPLES)
 
     assert report.failures == [], "\n".join(report.examples)
     assert report.server_errors == 0

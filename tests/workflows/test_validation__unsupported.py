@@ -489,6 +489,13 @@ USES += [
     ),
     Use(
         _row("field encryption"),
+        "a hash algorithm the reads do not apply",
+        setting(*SCHEMA_PROPERTIES, "phone", "x-encryption", "params", value={"algorithm": "md5"}),
+        ["/attributes/schema/properties/phone/x-encryption/params/algorithm"],
+        base=base_schema,
+    ),
+    Use(
+        _row("field encryption"),
         "a masking operator the reads do not apply",
         setting(*SCHEMA_PROPERTIES, "card", "x-masking", "operator", value="tokenize"),
         ["/attributes/schema/properties/card/x-masking/operator"],

@@ -143,14 +143,21 @@ def _state_list(field: str) -> Finder:
 
 def _schema_rules(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
     """Inside a schema component's JSON Schema: `x-encryption` of a type other than `hash`
-    (encryption at rest), and `x-masking` with an operator other than `mask` / `replace` (the
-    reads apply those, and hashing)."""
+    (encryption at rest) or hashing with an algorithm other than sha256, and `x-masking` with an
+    operator other than `mask` / `replace` (the reads apply those, and sha256 hashing)."""
 
     def walk(node: Any, path: Path) -> Iterator[Path]:
         if isinstance(node, dict):
             encryption = node.get("x-encryption")
             if isinstance(encryption, dict) and encryption.get("type") != "hash":
                 yield (*path, "x-encryption", "type")
+            elif isinstance(encryption, dict):
+                params = encryption.get("params")
+                algorithm = (
+                    params.get("algorithm", "sha256") if isinstance(params, dict) else "sha256"
+                )
+                if str(algorithm).lower() != "sha256":
+                    yield (*path, "x-encryption", "params", "algorithm")
             masking = node.get("x-masking")
             if isinstance(masking, dict) and masking.get("operator", "mask") not in MASKING:
                 yield (*path, "x-masking", "operator")
