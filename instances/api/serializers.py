@@ -20,7 +20,9 @@ class StartBodySerializer(serializers.Serializer):
 
     key = serializers.CharField(required=False, allow_null=True, max_length=100)
     tags = serializers.ListField(child=serializers.CharField(), required=False, allow_null=True)
-    stage = serializers.CharField(required=False, allow_null=True, max_length=120)
+    stage = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=120
+    )
     attributes = serializers.DictField(
         required=False, allow_null=True, help_text="The instance data (null: none)"
     )
@@ -30,7 +32,9 @@ class TransitionBodySerializer(serializers.Serializer):
     """The transition's data (standard envelope or free data)."""
 
     key = serializers.CharField(required=False, allow_null=True, max_length=100)
-    stage = serializers.CharField(required=False, allow_null=True, max_length=120)
+    stage = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=120
+    )
     attributes = serializers.DictField(required=False)
 
 
