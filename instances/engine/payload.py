@@ -89,6 +89,8 @@ def _envelope(body: dict[str, Any], lowered: dict[str, Any]) -> Payload:
         tags = []
     if not isinstance(tags, list) or not all(isinstance(tag, str) and tag for tag in tags):
         violations.append(Violation("/tags", "a list of non-empty strings"))
+    if attributes is not None and not isinstance(attributes, dict):
+        violations.append(Violation("/attributes", "an object (the instance data) or null"))
     if stage is None:
         stage = ""
     if not isinstance(stage, str) or len(stage) > MAX_STAGE_LENGTH:

@@ -260,6 +260,15 @@ def test_bad_envelope_fields_are_400(operator_client, flow):
     assert {e["pointer"] for e in body["errors"]} == {"/key", "/tags"}
 
 
+@pytest.mark.parametrize("attributes", ["x", [1], 5, True])
+def test_envelope_attributes_that_are_not_an_object_are_400_not_dropped(
+    operator_client, flow, attributes
+):
+    body = problem(start(operator_client, {"attributes": attributes}), 400, "App:900002")
+    assert [e["pointer"] for e in body["errors"]] == ["/attributes"]
+    assert not Instance.objects.exists()
+
+
 def test_transition_on_a_completed_instance_is_400(operator_client, flow):
     created = start(operator_client).json()
     url = f"{BASE}/{created['id']}/transitions"
