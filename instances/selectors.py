@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -24,7 +24,14 @@ from instances.engine.records import InstanceSnapshot, waiting_child
 from instances.engine.roles import Caller, allowed
 from instances.engine.visibility import has_field_rules, label_of, shown_data, state_value
 from instances.filters import parse_filter, parse_page, parse_sort
-from instances.models import Correlation, Incident, Instance, InstanceTransition, Job
+from instances.models import (
+    Correlation,
+    Incident,
+    Instance,
+    InstanceDataVersion,
+    InstanceTransition,
+    Job,
+)
 from instances.orm_store import snapshot_of
 from instances.status import (
     CorrelationStatus,
@@ -475,6 +482,18 @@ def data_function(
     """`functions/data`: `shown` is the data the caller may see (default: as stored)."""
     data = instance.data if shown is None else shown
     return {"data": data, "eTag": etag or instance.entity_etag, "extensions": {}}
+
+
+def data_at_version(instance: InstanceSnapshot, version: str) -> InstanceSnapshot | None:
+    """The instance as it was when its data had `version` (`1.0.3`), or None when the data
+    never had that version."""
+    row = (
+        InstanceDataVersion.objects.filter(instance_id=instance.id, version=version)
+        .order_by("-created_at")
+        .only("data")
+        .first()
+    )
+    return None if row is None else replace(instance, data=row.data)
 
 
 def _transition_for_function(

@@ -20,9 +20,7 @@ class StartBodySerializer(serializers.Serializer):
 
     key = serializers.CharField(required=False, allow_null=True, max_length=100)
     tags = serializers.ListField(child=serializers.CharField(), required=False, allow_null=True)
-    stage = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, max_length=120
-    )
+    stage = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=120)
     attributes = serializers.DictField(
         required=False, allow_null=True, help_text="The instance data (null: none)"
     )
@@ -32,9 +30,7 @@ class TransitionBodySerializer(serializers.Serializer):
     """The transition's data (standard envelope or free data)."""
 
     key = serializers.CharField(required=False, allow_null=True, max_length=100)
-    stage = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, max_length=120
-    )
+    stage = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=120)
     attributes = serializers.DictField(required=False)
 
 
@@ -232,7 +228,9 @@ class StateFunctionSerializer(serializers.Serializer):
 class DataFunctionSerializer(serializers.Serializer):
     """The instance data the caller may see (master schema `x-roles`, `x-masking`)."""
 
-    data = Free()  # type: ignore[assignment]
+    data = Free(  # type: ignore[assignment]
+        allow_null=True, help_text="null: the asked data version does not exist"
+    )
     eTag = serializers.CharField()
     extensions = serializers.DictField()
 

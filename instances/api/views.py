@@ -46,6 +46,7 @@ from instances.selectors import (
     active_correlations,
     active_incident,
     active_incidents,
+    data_at_version,
     data_function,
     incident_body,
     incident_page,
@@ -615,6 +616,13 @@ class InstanceFunctionView(ApiView):
             return _authorize(request, definition, snapshot)
         roles = _check_readable(request, definition, snapshot)
         if function == "data":
+            version = request.query_params.get("version")
+            if version is not None:
+                # The data as of one of its versions (`null` for one it never had): history,
+                # so no ETag.
+                past = data_at_version(snapshot, version)
+                shown = shown_attributes(definition, past, roles) if past is not None else None
+                return Response(data_function(snapshot, shown) | {"data": shown})
             shown = shown_attributes(definition, snapshot, roles)
             etag = snapshot.entity_etag
             if shown is not snapshot.data:
@@ -791,7 +799,15 @@ InstanceDataFunctionView = _function_view(
     "data",
     DataFunctionSerializer,
     more={304: NOT_MODIFIED},
-    parameters=[*INSTANCE_PATH, IF_NONE_MATCH],
+    parameters=[
+        *INSTANCE_PATH,
+        IF_NONE_MATCH,
+        OpenApiParameter(
+            "version",
+            {"type": "string", "maxLength": 64},
+            description="the data as of this data version (`1.0.3`); null when it never had it",
+        ),
+    ],
     summary="Data function: the instance data the caller may see",
 )
 InstanceViewFunctionView = _function_view(
