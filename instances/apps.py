@@ -1,9 +1,10 @@
 """The instances app."""
 
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 
 from instances.engine.script_pool import configure_pool
-from vnext.conf import script_pool_settings
+from vnext.conf import script_pool_settings, vnext_setting
 
 
 class InstancesConfig(AppConfig):
@@ -14,6 +15,13 @@ class InstancesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Configure the script worker pool (started on first use, or by `vnext_run` and the
-        Celery worker at start-up)."""
+        """Check the settings a process cannot run with, and configure the script worker pool
+        (started on first use, or by `vnext_run` and the Celery worker at start-up)."""
+        limit = vnext_setting("FAN_OUT_MAX_CONCURRENT_ITEMS")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            # A limit of 0 would stall every fan-out batch at its first item: refuse to boot.
+            raise ImproperlyConfigured(
+                f"VNEXT['FAN_OUT_MAX_CONCURRENT_ITEMS'] (VNEXT_FAN_OUT_MAX_CONCURRENT_ITEMS) "
+                f"must be an integer >= 1, not {limit!r}"
+            )
         configure_pool(script_pool_settings())

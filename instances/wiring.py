@@ -20,6 +20,7 @@ def engine() -> Engine:
     config = EngineConfig(
         script_timeout_seconds=float(vnext_setting("SCRIPT_TIMEOUT_SECONDS")),
         script_configuration=dict(vnext_setting("SCRIPT_CONFIGURATION") or {}),
+        fan_out_max_concurrent_items=int(vnext_setting("FAN_OUT_MAX_CONCURRENT_ITEMS")),
     )
     # The writer of the trigger task types calls the instance services, a layer above this
     # one: it is named by a setting and imported here at first use.

@@ -83,7 +83,7 @@ class RetryPolicy:
         return RetryPolicy(
             max_retries=max(int(raw.get("maxRetries", 3) or 0), 0),
             initial_delay=iso_duration(raw.get("initialDelay")) or timedelta(seconds=1),
-            exponential=int(raw.get("backoffType", 1)) != 0,
+            exponential=_backoff_exponential(raw.get("backoffType", 1)),
             multiplier=max(float(raw.get("backoffMultiplier", 2.0) or 2.0), 1.0),
             max_delay=max_delay,
             jitter=bool(raw.get("useJitter", True)),
@@ -102,6 +102,27 @@ class RetryPolicy:
         if self.max_delay is not None and base > self.max_delay:
             return self.max_delay
         return base
+
+
+def parse_action(value: Any) -> BoundaryAction | None:
+    """An `action` as a number (`3`) or, as a fan-out item boundary may write it, by name
+    (`"ignore"`, any case); None when it is neither."""
+    if isinstance(value, str) and not value.strip().isdigit():
+        return BoundaryAction.__members__.get(value.strip().upper())
+    try:
+        return BoundaryAction(int(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _backoff_exponential(value: Any) -> bool:
+    # `backoffType` 0/1, or by name ("fixed", "exponential") as fan-out item boundaries write it.
+    if isinstance(value, str) and not value.strip().isdigit():
+        return value.strip().lower() != "fixed"
+    try:
+        return int(value) != 0
+    except (TypeError, ValueError):
+        return True
 
 
 def iso_duration(value: Any) -> timedelta | None:
@@ -131,9 +152,8 @@ class ErrorRule:
     def parse(raw: dict[str, Any], index: int) -> ErrorRule | None:
         """The rule of an `onError` item; None for an item with no valid action (publish-time
         validation refuses those)."""
-        try:
-            action = BoundaryAction(int(raw.get("action")))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        action = parse_action(raw.get("action"))
+        if action is None:
             return None
         types = tuple(str(t) for t in raw.get("errorTypes") or [] if str(t).strip())
         codes = tuple(str(c) for c in raw.get("errorCodes") or [] if str(c).strip())

@@ -96,6 +96,15 @@ class Codes:
     FAN_OUT_ITEM_CANCELLED = ErrorCode("FanOut:ItemCancelled", 500, "Fan-out item cancelled")
     FAN_OUT_ITEM_NOT_STARTED = ErrorCode("FanOut:ItemNotStarted", 500, "Fan-out item not started")
     FAN_OUT_ITEM_FAILED = ErrorCode("FanOut:ItemFailed", 500, "Fan-out item failed")
+    FAN_OUT_JOIN_FAILED = ErrorCode(
+        "FanOut:JoinFailed", 500, "Fan-out join policy not met by the item results"
+    )
+    FAN_OUT_INVALID = ErrorCode(
+        "FanOut:InvalidConfiguration", 500, "Fan-out task cannot run as configured"
+    )
+    FAN_OUT_OUTPUT_FAILED = ErrorCode(
+        "FanOut:OutputHandlerFailed", 500, "Fan-out output handler failed"
+    )
     NOT_AN_EVENT_TRANSITION = ErrorCode("NotAnEventTransition", 400, "Not an event transition")
     FILTER_INVALID = ErrorCode("invalid_filter", 400, "Invalid filter")
     FILTER_UNSUPPORTED_OPERATOR = ErrorCode(

@@ -29,6 +29,7 @@ from instances.engine.boundaries import (
 )
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, VNextError
+from instances.engine.fan_out import DEFAULT_MAX_CONCURRENT_ITEMS, Bulkhead
 from instances.engine.outcomes import PipelineFault, Rejected
 from instances.engine.ports import (
     Components,
@@ -121,6 +122,8 @@ class EngineConfig:
     script_executor: ScriptExecutor | None = None
     # `context.configuration`: the values an operator chose to show scripts.
     script_configuration: dict[str, Any] = field(default_factory=dict)
+    # The process-wide limit on running fan-out items (seed 002's MaxConcurrentItems).
+    fan_out_max_concurrent_items: int = DEFAULT_MAX_CONCURRENT_ITEMS
 
 
 class Engine:
@@ -146,7 +149,12 @@ class Engine:
             components, self.config.script_timeout_seconds, self.config.script_executor
         )
         self.tasks = TaskRunner(
-            components, self.scripts, reader, self.config.script_configuration, writer
+            components,
+            self.scripts,
+            reader,
+            self.config.script_configuration,
+            writer,
+            Bulkhead(self.config.fan_out_max_concurrent_items),
         )
         self.steps = STEPS
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from instances.engine.definition import WorkflowDefinition
-from instances.engine.errors import Codes, VNextError
+from instances.engine.errors import Codes, ErrorCode, VNextError
 from instances.engine.ports import Components
 from instances.engine.records import InstanceSnapshot
 from instances.engine.script_pool import FollowUp, ScriptCall, ScriptReply, script_pool
@@ -21,8 +21,11 @@ from instances.engine.script_wire import ScriptObject
 from instances.engine.scripts import (
     CompiledScript,
     ScriptError,
+    ScriptResourceLimit,
     ScriptResponse,
     ScriptTextMissing,
+    ScriptTimeout,
+    ScriptUnavailable,
     compile_script,
     script_text,
 )
@@ -35,6 +38,7 @@ __all__ = [
     "instance_view",
     "response_data",
     "script_context",
+    "stopped_code",
 ]
 
 
@@ -47,11 +51,13 @@ class ScriptExecutor(Protocol):
 
 
 def instance_view(instance: InstanceSnapshot) -> ScriptObject:
-    """`context.instance`: id, key, data (a copy), state, status, domain, flow, version."""
+    """`context.instance`: id, key, data (a copy), data_version (`"1.0.2"`), state, status,
+    domain, flow, version."""
     return ScriptObject(
         id=str(instance.id),
         key=instance.key,
         data=copy.deepcopy(instance.data),
+        data_version=instance.data_version_text,
         state=instance.current_state,
         status=str(instance.status),
         domain=instance.domain,
@@ -84,6 +90,15 @@ def script_context(
         event_payload=event_payload,
         configuration=dict(configuration or {}),
     )
+
+
+def stopped_code(exc: ScriptError, default: ErrorCode) -> ErrorCode:
+    """The code of a failed handler call: a script the platform had to stop (deadline, memory,
+    no worker) keeps its own code, so an error boundary can tell it from a handler that
+    raised (`default`)."""
+    if isinstance(exc, ScriptTimeout | ScriptResourceLimit | ScriptUnavailable):
+        return Codes.script(exc.code)
+    return default
 
 
 def response_data(value: Any) -> Any:

@@ -1,12 +1,12 @@
 """What crosses the boundary between the server and a script worker: plain JSON values only.
 
 Arguments go out as JSON with the context objects marked (`{"o": {...}}` for an attribute object,
-`{"v": value}` for a plain value). A result comes back as one tagged JSON value: a plain value, a
-`ScriptResponse`'s fields, a duration or an aware datetime (what timer scripts return). Nothing a
-script returns reaches the server as an object: the worker converts it to exact JSON types using
-the base types' own methods (never a method the script could have overridden), refusing anything
-deeper than `MAX_DEPTH`, NUL characters and lone surrogates (PostgreSQL refuses both), non-finite
-floats and integers too long to print.
+`{"l": [...]}` for a list holding such objects, `{"v": value}` for a plain value). A result comes
+back as one tagged JSON value: a plain value, a `ScriptResponse`'s fields, a duration or an aware
+datetime (what timer scripts return). Nothing a script returns reaches the server as an object:
+the worker converts it to exact JSON types using the base types' own methods (never a method the
+script could have overridden), refusing anything deeper than `MAX_DEPTH`, NUL characters and lone
+surrogates (PostgreSQL refuses both), non-finite floats and integers too long to print.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ def encode_argument(value: Any) -> Any:
     """One handler argument as it travels to the worker."""
     if isinstance(value, ScriptObject):
         return {"o": {name: encode_argument(item) for name, item in vars(value).items()}}
+    if isinstance(value, list | tuple) and any(isinstance(item, ScriptObject) for item in value):
+        # A list of context objects (a fan-out result's items) stays a list of objects.
+        return {"l": [encode_argument(item) for item in value]}
     return {"v": value}
 
 
@@ -128,6 +131,8 @@ def decode_argument(encoded: Any) -> Any:
         return ScriptObject(**{name: decode_argument(item) for name, item in encoded["o"].items()})
     if isinstance(encoded, dict) and "v" in encoded:
         return encoded["v"]
+    if isinstance(encoded, dict) and isinstance(encoded.get("l"), list):
+        return [decode_argument(item) for item in encoded["l"]]
     raise WireError("malformed argument")
 
 

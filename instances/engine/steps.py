@@ -94,6 +94,7 @@ def _run_tasks(
             # The journal numbers the attempts of a task its error boundary retried.
             outcome.row.attempts = hop.request.boundary_retries + 1
         execution.writes.tasks.append(outcome.row)
+        execution.writes.tasks.extend(outcome.item_rows)
         if outcome.response is not None:
             execution.task_responses[outcome.key] = outcome.response
         if outcome.patch:

@@ -14,6 +14,15 @@ from typing import Any
 
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode
+from instances.engine.fan_out import (
+    DEFAULT_MAX_CONCURRENT_ITEMS,
+    FAN_OUT_TYPE,
+    Bulkhead,
+    FanOutConfig,
+    FanOutRun,
+    FanOutTask,
+    InnerTask,
+)
 from instances.engine.ports import Components, InstanceReader, InstanceWriter, SubprocessParent
 from instances.engine.records import InstanceSnapshot, TaskRow
 from instances.engine.script_pool import FollowUp, ScriptReply
@@ -23,14 +32,9 @@ from instances.engine.script_runner import (
     ScriptRunner,
     response_data,
     script_context,
+    stopped_code,
 )
-from instances.engine.scripts import (
-    ScriptError,
-    ScriptResourceLimit,
-    ScriptResponse,
-    ScriptTimeout,
-    ScriptUnavailable,
-)
+from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.task_types import (
     EXECUTORS,
     PURE_TASK_TYPES,
@@ -73,6 +77,8 @@ class TaskOutcome:
     patch: dict[str, Any] = field(default_factory=dict)
     response: dict[str, Any] | None = None
     failure: TaskFailure | None = None
+    # A fan-out task's item rows (`{taskKey}#{index}`), journalled after its own.
+    item_rows: list[TaskRow] = field(default_factory=list)
 
 
 @dataclass
@@ -85,6 +91,8 @@ class TaskRunner:
     # `context.configuration` of every mapping: values the operator chose to show scripts.
     configuration: dict[str, Any] = field(default_factory=dict)
     writer: InstanceWriter | None = None
+    # The process-wide limit on running fan-out items (one per engine, so one per process).
+    bulkhead: Bulkhead = field(default_factory=lambda: Bulkhead(DEFAULT_MAX_CONCURRENT_ITEMS))
 
     def run(
         self,
@@ -187,6 +195,37 @@ class TaskRunner:
                 )
             attributes = document.get("attributes") or {}
             task_type = str(attributes.get("type"))
+            if task_type == FAN_OUT_TYPE:
+                run = self._fan_out(
+                    key,
+                    attributes,
+                    reference,
+                    definition=definition,
+                    instance=instance,
+                    transition_key=transition_key,
+                    task_responses=task_responses,
+                )
+                answer = StandardResponse(status_code=200, data=run.output).as_dict()
+                status = TaskStatus.FAILED if run.failure else TaskStatus.SUCCEEDED
+                if run.failure is not None:
+                    run.failure.task_key = key
+                done = outcome(status, answer, run.output, run.failure)
+                done.item_rows = [
+                    TaskRow(
+                        transition_id=transition_id,
+                        task_key=f"{key}#{item.index}",
+                        phase=phase,
+                        order=order,
+                        status=TaskStatus.SUCCEEDED if item.is_success else TaskStatus.FAILED,
+                        response=item.response,
+                        duration_ms=item.duration_ms,
+                        error_code=item.error_code or "",
+                        error_message=item.error_message or "",
+                        attempts=item.attempts,
+                    )
+                    for item in run.result.items
+                ]
+                return done
             executor = EXECUTORS.get(task_type)
             if executor is None:
                 raise TaskFailure(
@@ -262,6 +301,81 @@ class TaskRunner:
             response_dict = failure.response.as_dict() if failure.response else None
             return outcome(TaskStatus.FAILED, response_dict, failure=failure)
 
+    def _fan_out(
+        self,
+        key: str,
+        attributes: dict[str, Any],
+        reference: dict[str, Any],
+        *,
+        definition: WorkflowDefinition,
+        instance: InstanceSnapshot,
+        transition_key: str,
+        task_responses: dict[str, Any],
+    ) -> FanOutRun:
+        """Run a fan-out task (type 21): its inner task resolved once, cloned per item."""
+        config = FanOutConfig.parse(attributes.get("config"))
+        inner_key = str(config.inner.get("key"))
+        document = self.components.component("task", config.inner)
+        if document is None:
+            raise TaskFailure(
+                Codes.TASK_NOT_FOUND,
+                f"the fan-out's inner task {inner_key} {config.inner.get('version')} is not "
+                "published",
+            )
+        inner_attributes = document.get("attributes") or {}
+        inner_type = str(inner_attributes.get("type"))
+        executor = EXECUTORS.get(inner_type)
+        if executor is None and inner_type != FAN_OUT_TYPE:
+            raise TaskFailure(
+                Codes.TASK_UNSUPPORTED,
+                f"the fan-out's inner task {inner_key} has type {inner_type}, which this "
+                "runtime does not run",
+            )
+        inner_config = inner_attributes.get("config") or {}
+        mapping = reference.get("mapping") if isinstance(reference.get("mapping"), dict) else None
+        script = self.scripts.load(mapping, definition) if mapping and mapping.get("code") else None
+        parent = SubprocessParent(instance.id, instance.current_state)
+
+        def execute(task: ScriptObject, input_data: Any) -> StandardResponse:
+            assert executor is not None
+            call = TaskCall(
+                task=task,
+                input_data=input_data,
+                domain=instance.domain,
+                workflow=instance.workflow_key,
+                reader=self.reader,
+                writer=self.writer,
+                parent=parent,
+            )
+            return executor(call)
+
+        def context(body: Any) -> ScriptObject:
+            return script_context(
+                instance,
+                transition_key=transition_key,
+                body=body,
+                task_responses=task_responses,
+                configuration=self.configuration,
+            )
+
+        reader = self.reader
+        return FanOutTask(
+            task_key=key,
+            config=config,
+            inner=InnerTask(
+                inner_key,
+                inner_type,
+                clone=lambda: _task_view(inner_key, inner_type, inner_config),
+                execute=execute,
+            ),
+            script=script,
+            context=context,
+            bulkhead=self.bulkhead,
+            instance_id=str(instance.id),
+            data=instance.data,
+            release=reader.release_thread if reader is not None else lambda: None,
+        ).run()
+
     def _output(
         self,
         script: ScriptHandle | None,
@@ -285,7 +399,7 @@ def _output_patch(returned: Any, error: ScriptError | None) -> dict[str, Any]:
     # What an output handler's value merges into the instance data, or the failure it raised.
     if error is not None:
         raise TaskFailure(
-            _mapping_code(error, Codes.TASK_OUTPUT_MAPPING_FAILED), str(error)
+            stopped_code(error, Codes.TASK_OUTPUT_MAPPING_FAILED), str(error)
         ) from error
     value = response_data(returned)
     return value if isinstance(value, dict) else {}
@@ -294,19 +408,11 @@ def _output_patch(returned: Any, error: ScriptError | None) -> dict[str, Any]:
 def _input_failure(key: str, task_type: str, exc: ScriptError) -> TaskFailure:
     # A script task's input handler is its work: when it raises, the task failed with a 500
     # (`Task:Script:<key>:500`, as in vNext); other tasks' input mappings fail with 400007.
-    stopped = _mapping_code(exc, Codes.TASK_INPUT_MAPPING_FAILED)
+    stopped = stopped_code(exc, Codes.TASK_INPUT_MAPPING_FAILED)
     if task_type == "7" and stopped == Codes.TASK_INPUT_MAPPING_FAILED:
         error = ErrorCode(f"Task:Script:{key}:500", 500, "Script task failed")
         return TaskFailure(error, str(exc), status=500)
     return TaskFailure(stopped, str(exc))
-
-
-def _mapping_code(exc: ScriptError, default: ErrorCode) -> ErrorCode:
-    # A script the platform had to stop (deadline, memory, no worker) keeps its own code, so an
-    # error boundary can tell it from a mapping that raised.
-    if isinstance(exc, ScriptTimeout | ScriptResourceLimit | ScriptUnavailable):
-        return Codes.script(exc.code)
-    return default
 
 
 def _task_view(key: str, task_type: str, config: dict[str, Any]) -> ScriptObject:

@@ -61,11 +61,11 @@ def test_the_corpus_imports_except_what_lacks_scripts(capsys):
     assert code == 1
     assert "script missing (./src/AutoGateRule.csx has no code)" in err
     assert "/attributes/states/0/transitions/0/rule/code" in err
-    # Script-free components (schemas, tasks, views, payload-modes ...) are published, but for
-    # the ten fan-out tasks: a feature this version does not execute yet.
+    # Script-free components (schemas, tasks, views, payload-modes ...) are published, the
+    # fan-out tasks (type 21) after the inner task they clone.
     assert Component.objects.filter(key="payload-modes", kind="workflow").exists()
-    assert Component.objects.filter(kind="task").count() == 42 - 10
-    assert "/attributes/type: fan-out task (task type 21) is not supported by this version" in err
+    assert Component.objects.filter(kind="task").count() == 42
+    assert "task type 21" not in err
     # A workflow whose subflow was rejected is rejected too, and says why.
     assert not Component.objects.filter(key="chain-busy-root").exists()
     assert "referenced workflow:core/chain-busy-middle@1.3.0 does not exist" in err

@@ -32,7 +32,6 @@ RULELESS_AUTO = re.compile(r"^/attributes/states/\d+/transitions/\d+/rule$")
 KNOWN_DEVIATIONS = {"Workflows/fan-out-config-matrix/fan-out-config-matrix.json": RULELESS_AUTO}
 
 UNSUPPORTED_MESSAGE = " is not supported by this version"
-FAN_OUT = "fan-out task (task type 21)"
 # The corpus files publishing refuses for now, and which rows of the table refuse them (found by
 # running `validate_component` over the corpus with scripts supplied). Each file's violations are
 # exactly these features' messages; when a feature lands, its row goes and so do its entries here.
@@ -40,22 +39,6 @@ UNSUPPORTED_USES: dict[str, set[str]] = {
     # sys-functions components: only the built-in state/data/view/schema functions are served.
     "Functions/role-matrix-lab/role-matrix-summary.json": {"custom function"},
     "Functions/task-invocation-lab/til-cached-echo.json": {"custom function"},
-    # Fan-out tasks (type 21) have no executor yet.
-    **{
-        f"Tasks/fan-out-config-matrix/fanout-case-{case}-task.json": {FAN_OUT}
-        for case in [
-            "batch-timeout-serial",
-            "item-boundary-ignore",
-            "item-boundary-retry",
-            "item-timeout",
-            "join-all-settled",
-            "join-all",
-            "join-first-success",
-            "join-quorum",
-            "parallel-baseline",
-        ]
-    },
-    "Tasks/fan-out-documents/fan-out-documents-task.json": {FAN_OUT},
     # Field encryption at rest (x-encryption encrypt, vault.email/pin) in the master schema;
     # x-roles, x-masking and x-encryption hash are applied by the data reads.
     "Schemas/role-matrix-lab/role-matrix-master.json": {
@@ -69,9 +52,6 @@ UNSUPPORTED_USES: dict[str, set[str]] = {
         "start by event (attributes.event)",
         "event transition",
     },
-    # onEntries running the fan-out tasks above.
-    "Workflows/fan-out-config-matrix/fan-out-config-matrix.json": {FAN_OUT},
-    "Workflows/fan-out-documents/fan-out-documents.json": {FAN_OUT},
     # A declared instance function (role-matrix-summary).
     "Workflows/role-matrix-lab/role-matrix-lab.json": {"custom function"},
 }

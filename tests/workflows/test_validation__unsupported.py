@@ -102,7 +102,6 @@ def base_workflow(key: str = "probe") -> dict[str, Any]:
 
 SCRIPT_TASK = task("script-task", "7", {"config": {}})
 TYPED_TASKS = {
-    "21": task("typed-21", "21", {"config": {"task": ref("script-task", "sys-tasks")}}),
     "10": task("typed-10", "10", {"config": {"channels": ["sms"]}}),
     "11": task("typed-11", "11", {"config": {"flow": "child", "domain": "core"}}),
     "12": task(
@@ -438,10 +437,7 @@ USES = [
             use_task(task_type),
             ["/attributes/states/0/transitions/0/onExecutionTasks/0/task"],
         )
-        for task_type, name in [
-            ("21", "fan-out task"),
-            ("10", "notification task"),
-        ]
+        for task_type, name in [("10", "notification task")]
     ],
 ]
 

@@ -120,12 +120,34 @@ def _expected_handlers(site: ScriptSite, resolver: Resolver, document: Any) -> t
     if last in ("rule", "timer", "keyExpression"):
         return ("handler",)
     if site.is_task_mapping:
-        task_ref = _task_reference_beside(document, site.path)
-        task = resolver.resolve(task_ref) if task_ref else None
-        if task and str(task.get("attributes", {}).get("type")) == "21":
+        if _fan_out_config(site, resolver, document) is not None:
             return ("item_input_handler",)
         return ("input_handler", "output_handler")
     return ("handler", "input_handler", "output_handler")
+
+
+def _fan_out_config(site: ScriptSite, resolver: Resolver, document: Any) -> dict[str, Any] | None:
+    # The config of the Fan-Out task (type 21) whose mapping `site` is, else None.
+    if not site.is_task_mapping:
+        return None
+    task_ref = _task_reference_beside(document, site.path)
+    task = resolver.resolve(task_ref) if task_ref else None
+    attributes = task.get("attributes") if isinstance(task, dict) else None
+    if not isinstance(attributes, dict) or str(attributes.get("type")) != "21":
+        return None
+    config = attributes.get("config")
+    return config if isinstance(config, dict) else {}
+
+
+def _fan_out_selection(config: dict[str, Any], selects: bool, pointer: str) -> Violation | None:
+    # Seed 002: exactly one of the task's itemsPath and the mapping's item_selector.
+    if selects == ("itemsPath" in config):
+        return Violation(
+            pointer,
+            "a fan-out takes its items from exactly one of the task's itemsPath and the "
+            "mapping's item_selector(): " + ("both are given" if selects else "neither is given"),
+        )
+    return None
 
 
 def _task_reference_beside(document: Any, path: tuple[Any, ...]) -> ComponentRef | None:
@@ -180,6 +202,11 @@ def script_violations(
             violations.append(
                 Violation(code_pointer, f"{site.location}: script must define {names}")
             )
+        fan_out = _fan_out_config(site, resolver, document)
+        if fan_out is not None:
+            selection = _fan_out_selection(fan_out, compiled.defines("item_selector"), code_pointer)
+            if selection is not None:
+                violations.append(selection)
     return violations
 
 

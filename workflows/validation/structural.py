@@ -79,7 +79,55 @@ FAN_OUT_CONFIG_SCHEMA: dict[str, Any] = {
             },
             "additionalProperties": False,
         },
-        "errorBoundary": {"type": "object"},
+        "errorBoundary": {
+            "type": "object",
+            "description": "The error boundary applied to each item on its own (seed 002)",
+            "properties": {
+                "onError": {"type": "array", "items": {"$ref": "#/$defs/fanOutItemRule"}},
+            },
+            "additionalProperties": False,
+        },
+    },
+    "additionalProperties": False,
+}
+
+# An item rule: the workflow schema's `onError` item, with `action` and `backoffType` also by
+# name, as seed 002's examples write them ("retry", "fixed").
+FAN_OUT_ITEM_RULE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["action"],
+    "properties": {
+        "action": {
+            "anyOf": [
+                {"type": "integer", "enum": [0, 1, 2, 3, 4, 5]},
+                {
+                    "type": "string",
+                    "pattern": "^(?i:abort|retry|rollback|ignore|notify|log)$",
+                },
+            ]
+        },
+        "errorCodes": {"type": "array", "items": {"type": "string"}},
+        "errorTypes": {"type": "array", "items": {"type": "string"}},
+        "priority": {"type": "integer"},
+        "logOnly": {"type": "boolean"},
+        "transition": {"type": "string"},
+        "retryPolicy": {
+            "type": "object",
+            "properties": {
+                "maxRetries": {"type": "integer", "minimum": 0},
+                "initialDelay": {"type": "string"},
+                "backoffType": {
+                    "anyOf": [
+                        {"type": "integer", "enum": [0, 1]},
+                        {"type": "string", "pattern": "^(?i:fixed|exponential)$"},
+                    ]
+                },
+                "backoffMultiplier": {"type": "number", "minimum": 1},
+                "maxDelay": {"type": "string"},
+                "useJitter": {"type": "boolean"},
+            },
+            "additionalProperties": False,
+        },
     },
     "additionalProperties": False,
 }
@@ -111,6 +159,7 @@ def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
         attributes = schema["properties"]["attributes"]
         attributes["properties"]["type"]["enum"].append("21")
         attributes["properties"]["type"].setdefault("enumDescriptions", []).append("Fan-Out Task")
+        schema.setdefault("$defs", {})["fanOutItemRule"] = FAN_OUT_ITEM_RULE_SCHEMA
         attributes["allOf"].append(
             {
                 "if": {"properties": {"type": {"const": "21"}}},

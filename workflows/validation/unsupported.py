@@ -360,7 +360,6 @@ def _task_row(task_type: str, name: str, built_by: str) -> UnsupportedFeature:
 # `Task:Unsupported` at run time). The Dapr types (1-4, 17, 20) and 5, 9, 16, 18 are not planned:
 # they stay accepted and fail at run time with that clear code (DESIGN 4.4).
 _TASKS: dict[str, tuple[str, str]] = {
-    "21": ("fan-out task", "fan-out tasks (seed 002, DESIGN 4.4)"),
     "10": ("notification task", "notification tasks (DESIGN 4.4)"),
 }
 
