@@ -30,6 +30,13 @@ PARENT = "Workflows/timeout-lab/timeout-lab-parent.json"
 PAYLOAD = "Workflows/payload-modes/payload-modes.json"
 MANAGEMENT = "Workflows/instance-management/instance-management-test-workflow.json"
 FAN_OUT = "Tasks/fan-out-config-matrix/fanout-case-join-quorum-task.json"
+FAN_OUT_RETRY = "Tasks/fan-out-config-matrix/fanout-case-item-boundary-retry-task.json"
+FAN_OUT_FLOW = "Workflows/fan-out-documents/fan-out-documents.json"
+FAN_OUT_MAPPING = ("attributes", "states", 1, "onEntries", 1, "mapping")  # the batch's mapping
+SELECTING_MAPPING = (
+    "def item_selector(context):\n    return []\n\n"
+    "def item_input_handler(task, context, item):\n    return ScriptResponse()\n"
+)
 SCHEMA = "Schemas/payload-modes/payload-modes-input.json"
 EB_LAB = "Workflows/error-boundary-lab/error-boundary-lab.json"
 UNSUPPORTED = " is not supported by this version"
@@ -449,6 +456,58 @@ MUTATIONS = [
         set_field(("attributes", "config", "join", "policy"), "most"),
         "/attributes/config/join/policy",
         "is not one of",
+    ),
+    Mutation(
+        "fan-out inner task reference without its version",
+        FAN_OUT,
+        delete(("attributes", "config", "task", "version")),
+        "/attributes/config/task/version",
+        "is required",
+    ),
+    Mutation(
+        "fan-out batchTimeoutSeconds 0",
+        FAN_OUT,
+        set_field(("attributes", "config", "execution", "batchTimeoutSeconds"), 0),
+        "/attributes/config/execution/batchTimeoutSeconds",
+        "less than the minimum of 1",
+    ),
+    Mutation(
+        "fan-out item boundary that rolls back",
+        FAN_OUT_RETRY,
+        set_field(("attributes", "config", "errorBoundary", "onError", 0, "action"), "rollback"),
+        "/attributes/config/errorBoundary/onError/0/action",
+        "an item error boundary cannot rollback",
+    ),
+    Mutation(
+        "fan-out item boundary with an unknown action",
+        FAN_OUT_RETRY,
+        set_field(("attributes", "config", "errorBoundary", "onError", 0, "action"), "explode"),
+        "/attributes/config/errorBoundary/onError/0/action",
+        "is not valid under any of the given schemas|does not match",
+    ),
+    Mutation(
+        "fan-out item retry whose maxDelay is shorter than its initialDelay",
+        FAN_OUT_RETRY,
+        set_field(
+            ("attributes", "config", "errorBoundary", "onError", 0, "retryPolicy", "maxDelay"),
+            "PT0.1S",
+        ),
+        "/attributes/config/errorBoundary/onError/0/retryPolicy/maxDelay",
+        "must not be shorter than initialDelay",
+    ),
+    Mutation(
+        "fan-out mapping with an item_selector beside the task's itemsPath",
+        FAN_OUT_FLOW,
+        set_field((*FAN_OUT_MAPPING, "code"), SELECTING_MAPPING),
+        pointer((*FAN_OUT_MAPPING, "code")),
+        "exactly one of the task's itemsPath and the mapping's item_selector.*both are given",
+    ),
+    Mutation(
+        "fan-out mapping without item_input_handler",
+        FAN_OUT_FLOW,
+        set_field((*FAN_OUT_MAPPING, "code"), "def output_handler(context, result):\n    pass\n"),
+        pointer((*FAN_OUT_MAPPING, "code")),
+        r"must define item_input_handler\(\)",
     ),
     Mutation(
         "rollback to a transition the workflow does not have",

@@ -41,7 +41,6 @@ def semantic_violations(document: Any, kind: str, resolver: Resolver) -> list[Vi
     violations = list(_reference_violations(document, resolver))
     if kind == ComponentKind.WORKFLOW:
         violations.extend(_workflow_violations(document))
-        violations.extend(_scriptless_fan_out_violations(document, resolver))
     elif kind == ComponentKind.TASK:
         violations.extend(_fan_out_violations(document, resolver))
     return violations
@@ -347,49 +346,6 @@ def _retry_policy_violations(policy: dict[str, Any], path: tuple[Any, ...]) -> I
 
 
 # --- fan-out tasks (seed 002, "Doğrulama") --------------------------------------------------------
-
-
-def _scriptless_fan_out_violations(
-    document: dict[str, Any], resolver: Resolver
-) -> Iterator[Violation]:
-    # A fan-out task referenced without a mapping takes its items from itemsPath: it needs one.
-    # (With a mapping, the script checks see whether it selects them itself.)
-    for path, reference in _task_reference_items(document):
-        mapping = _object(reference.get("mapping"))
-        if mapping.get("code"):
-            continue
-        ref = ComponentRef.from_reference(reference.get("task"))
-        task = resolver.resolve(ref) if ref is not None else None
-        attributes = _object(_object(task).get("attributes"))
-        if str(attributes.get("type")) != FAN_OUT_TYPE:
-            continue
-        if "itemsPath" not in _object(attributes.get("config")):
-            yield Violation(
-                json_pointer(*path, "mapping"),
-                f"the fan-out task {ref} has no itemsPath, so this reference needs a mapping "
-                "whose item_selector() selects the items",
-            )
-
-
-def _task_reference_items(document: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], dict]]:
-    attributes = _object(document.get("attributes"))
-    transitions: list[tuple[tuple[Any, ...], Any]] = [
-        (("attributes", "startTransition"), attributes.get("startTransition"))
-    ]
-    for name in ("cancel", "exit", "updateData"):
-        transitions.append((("attributes", name), attributes.get(name)))
-    for j, shared in _dicts(attributes.get("sharedTransitions")):
-        transitions.append((("attributes", "sharedTransitions", j), shared))
-    for i, state in _dicts(attributes.get("states")):
-        state_path = ("attributes", "states", i)
-        for name in ("onEntries", "onExits"):
-            for k, item in _dicts(state.get(name)):
-                yield (*state_path, name, k), item
-        for j, transition in _dicts(state.get("transitions")):
-            transitions.append(((*state_path, "transitions", j), transition))
-    for path, transition in transitions:
-        for k, item in _dicts(_object(transition).get("onExecutionTasks")):
-            yield (*path, "onExecutionTasks", k), item
 
 
 def _fan_out_violations(document: dict[str, Any], resolver: Resolver) -> Iterator[Violation]:
