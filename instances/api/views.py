@@ -592,6 +592,10 @@ class InstanceActiveIncidentView(ApiView):
         return Response(incident)
 
 
+# Longest `?version=` of the data function (a data version is `major.minor.patch`).
+MAX_VERSION_LENGTH = 64
+
+
 class InstanceFunctionView(ApiView):
     """Built-in functions: state, data, view, schema."""
 
@@ -617,6 +621,12 @@ class InstanceFunctionView(ApiView):
         roles = _check_readable(request, definition, snapshot)
         if function == "data":
             version = request.query_params.get("version")
+            if version is not None and len(version) > MAX_VERSION_LENGTH:
+                raise VNextError(
+                    Codes.APP_INVALID_REQUEST,
+                    f"version is at most {MAX_VERSION_LENGTH} characters",
+                    [Violation("/version", f"a data version of at most {MAX_VERSION_LENGTH}")],
+                )
             if version is not None:
                 # The data as of one of its versions (`null` for one it never had): history,
                 # so no ETag.
@@ -804,7 +814,7 @@ InstanceDataFunctionView = _function_view(
         IF_NONE_MATCH,
         OpenApiParameter(
             "version",
-            {"type": "string", "maxLength": 64},
+            {"type": "string", "maxLength": MAX_VERSION_LENGTH},
             description="the data as of this data version (`1.0.3`); null when it never had it",
         ),
     ],

@@ -376,3 +376,21 @@ def test_the_state_etag_follows_what_the_state_function_shows(operator_client):
     changed = operator_client.get(state_url, headers={"If-None-Match": etag})
     assert changed.status_code == 200
     assert changed.json()["incident"]["hasActiveIncident"] is True
+
+
+def test_the_data_function_answers_a_past_data_version_or_null(operator_client, flow):
+    created = start(operator_client, {"attributes": {"n": 1}}).json()
+    url = f"{BASE}/{created['id']}/functions/data"
+    operator_client.patch(
+        f"{BASE}/{created['id']}/transitions/to-pong?sync=true",
+        {"attributes": {"n": 2}},
+        format="json",
+    )
+
+    assert operator_client.get(url).json()["data"]["n"] == 2
+    first = operator_client.get(url, {"version": "1.0.0"})
+    assert (first.status_code, first.json()["data"]["n"]) == (200, 1)
+    never = operator_client.get(url, {"version": "9.9.9"})
+    assert (never.status_code, never.json()["data"]) == (200, None)
+    body = problem(operator_client.get(url, {"version": "1." * 40}), 400, "App:900002")
+    assert [e["pointer"] for e in body["errors"]] == ["/version"]
