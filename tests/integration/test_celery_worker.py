@@ -25,10 +25,18 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from instances.api.longpoll import StateLongPoll, get_scope
-from instances.models import Correlation, Instance, InstanceTransition, Job
+from instances.models import (
+    Correlation,
+    Instance,
+    InstanceDataVersion,
+    InstanceTask,
+    InstanceTransition,
+    Job,
+)
 from instances.queue import jobs_dispatch_due
 from instances.tasks import job_run_task
 from tests.engine.builders import script, state, transition, workflow
+from tests.instances.fan_out_stub import fan_out_stub
 from tests.instances.http_server import http_server
 from tests.instances.workflows import http_ref, http_task, ping_pong, publish
 from vnext.celery import app as celery_app
@@ -341,6 +349,91 @@ def test_a_worker_killed_while_a_child_starts_leaves_one_child_and_one_correlati
     assert row.data["child"] == {"from": "parent"}
     assert instance(str(kid.pk)).current_state == "c-done"
     assert Job.objects.get(pk=start_job.pk).attempts == 2
+
+
+FAN_OUT_MAPPING = """
+def item_input_handler(task, context, item):
+    base = context.configuration["Example:ApiBaseUrl"]
+    task.url = base + "/api/fan-out/sleep?ms=1500&documentId=" + item.item_key
+    return ScriptResponse()
+"""
+
+
+def test_a_worker_killed_mid_batch_reruns_it_to_one_result_and_one_data_write(
+    operator_client, broker, tmp_path
+):
+    # The batch runs inside the transition's job; nothing of it is committed until it ends, so
+    # after a SIGKILL the re-run produces the one result and the one data write (the items'
+    # calls are made again: at least once, as any task's).
+    inner = {"key": "slow-doc", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
+    fan = {
+        "key": "fan",
+        "domain": "core",
+        "version": "1.0.0",
+        "flow": "sys-tasks",
+        "flowVersion": "1.0.0",
+        "tags": ["test"],
+        "attributes": {
+            "type": "21",
+            "config": {
+                "itemsPath": "$.docs",
+                "task": inner,
+                "execution": {"maxDegreeOfParallelism": 2},
+            },
+        },
+    }
+    document = ping_pong()
+    document["attributes"]["states"][0]["transitions"][0]["onExecutionTasks"] = [
+        {
+            "order": 1,
+            "task": {k: fan[k] for k in ("key", "domain", "version", "flow")},
+            "mapping": script(FAN_OUT_MAPPING),
+        }
+    ]
+    with fan_out_stub() as stub:
+        worker = Worker(
+            tmp_path / "worker.log",
+            env={"VNEXT_SCRIPT_CONFIGURATION": json.dumps({"Example:ApiBaseUrl": stub.base_url})},
+        )
+        worker.start()
+        try:
+            publish(http_task("slow-doc", "http://unused.invalid/", "POST"), fan, document)
+            base = BASE.format("ping-pong")
+            docs = {"docs": [{"id": f"D-{i}"} for i in range(4)]}
+            started = operator_client.post(f"{base}/start?sync=true", docs, format="json")
+            instance_id = started.json()["id"]
+            versions = InstanceDataVersion.objects.filter(instance_id=instance_id)
+            before = versions.count()
+            accepted = operator_client.patch(
+                f"{base}/{instance_id}/transitions/to-pong", {}, format="json"
+            )
+            assert accepted.status_code == 202
+            job = Job.objects.get(instance_id=instance_id, kind="transition")
+            wait_for(lambda: sum(stub.calls.values()) >= 2, what="the batch's first items")
+            worker.kill()
+            assert instance(instance_id).status == "B"
+            assert versions.count() == before
+
+            worker.start()
+            time.sleep(LEASE_SECONDS + 0.5)
+            assert jobs_dispatch_due() >= 1
+            wait_for(lambda: Job.objects.get(pk=job.pk).status == "succeeded", 40, "the re-run")
+        finally:
+            worker.stop()
+
+    row = instance(instance_id)
+    assert (row.status, row.current_state) == ("A", "pong")
+    assert row.data["fanOutResultsSummary"] == {
+        "total": 4, "succeeded": 4, "failed": 0, "timedOut": False
+    }  # fmt: skip
+    assert versions.count() - before == 1
+    journal = InstanceTask.objects.filter(instance_id=instance_id)
+    assert sorted(t.task_key for t in journal) == ["fan", "fan#0", "fan#1", "fan#2", "fan#3"]
+    assert (
+        InstanceTransition.objects.filter(instance_id=instance_id, transition_key="to-pong").count()
+        == 1
+    )
+    assert Job.objects.get(pk=job.pk).attempts == 2
 
 
 @pytest.fixture
