@@ -68,13 +68,29 @@ class TaskInline(_ReadOnlyInline):
     model = InstanceTask
     fields = readonly_fields = (
         "created_at",
-        "task_key",
+        "task",
         "phase",
         "order",
         "status",
+        "attempts",
         "duration_ms",
         "error_code",
     )
+    # A fan-out batch's row is written just before its item rows (`key#index`): in write
+    # order, each batch is followed by its items.
+    ordering = ["created_at", "id"]
+
+    @admin.display(description="task")
+    def task(self, row: InstanceTask) -> str:
+        """The task key; a fan-out item row shows indented under its batch as `#index`."""
+        _, separator, index = row.task_key.rpartition("#")
+        if separator and index.isdigit():
+            return format_html(
+                '<span style="padding-left:1.5em" title="{}">&#8627; item #{}</span>',
+                row.task_key,
+                index,
+            )
+        return row.task_key
 
 
 class IncidentInline(_ReadOnlyInline):
