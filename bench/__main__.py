@@ -1,6 +1,6 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving` and `fuzz` suites need
+The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz` and `fanout` suites need
 PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
 (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never
 writes to the test database. The other suites use no database.
@@ -23,8 +23,18 @@ SUITES = (
     "longpoll",
     "serving",
     "fuzz",
+    "fanout",
 )
-DATABASE_SUITES = {"transitions", "jobs", "locks", "subflows", "longpoll", "serving", "fuzz"}
+DATABASE_SUITES = {
+    "transitions",
+    "jobs",
+    "locks",
+    "subflows",
+    "longpoll",
+    "serving",
+    "fuzz",
+    "fanout",
+}
 
 
 def main(argv: list[str]) -> None:
@@ -41,6 +51,7 @@ def main(argv: list[str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     django.setup()
     from bench import (
+        bench_fanout,
         bench_fuzz,
         bench_jobs,
         bench_locks,
@@ -58,6 +69,7 @@ def main(argv: list[str]) -> None:
         "transitions": bench_transitions.main,
         "jobs": bench_jobs.main,
         "locks": bench_locks.main,
+        "fanout": bench_fanout.main,
         "subflows": bench_subflows.main,
         "longpoll": bench_longpoll.main,
         "serving": bench_serving.main,

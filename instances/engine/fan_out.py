@@ -124,7 +124,8 @@ class FanOutConfig:
             item_timeout=float(_positive(execution, "itemTimeoutSeconds", 30)),
             batch_timeout=float(_positive(execution, "batchTimeoutSeconds", 120)),
             policy=policy,
-            min_success=_positive(join, "minSuccess", 1),
+            # Other policies ignore minSuccess (seed 002), whatever it says.
+            min_success=_positive(join, "minSuccess", 0) if policy is JoinPolicy.QUORUM else 1,
             result_key=str(join.get("resultKey") or DEFAULT_RESULT_KEY),
             boundary=BoundaryLevels(
                 ((BoundaryLevel.TASK, parse_boundary(config.get("errorBoundary"))),)

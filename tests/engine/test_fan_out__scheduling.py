@@ -20,6 +20,7 @@ from instances.engine.fan_out import (
     JoinPolicy,
     run_batch,
 )
+from instances.engine.task_types import TaskFailure
 
 INNER = {"key": "inner", "domain": "core", "flow": "sys-tasks", "version": "1.0.0"}
 
@@ -221,3 +222,42 @@ def test_the_join_table_of_seed_002(policy, succeeded, failed, timed_out, joined
 def test_a_bulkhead_of_zero_is_refused():
     with pytest.raises(ValueError, match=">= 1"):
         Bulkhead(0)
+
+
+def test_config_defaults_are_seed_002s():
+    parsed = FanOutConfig.parse({"task": INNER, "itemsPath": "$.items"})
+
+    assert (parsed.max_parallel, parsed.item_timeout, parsed.batch_timeout) == (4, 30.0, 120.0)
+    assert (parsed.policy, parsed.result_key, parsed.item_alias) == (
+        JoinPolicy.ALL_SETTLED,
+        "fanOutResults",
+        "item",
+    )
+    assert parsed.boundary.defined is False
+
+
+def test_min_success_is_read_for_quorum_only():
+    ignored = FanOutConfig.parse({"task": INNER, "join": {"policy": "all", "minSuccess": 0}})
+    quorum = FanOutConfig.parse({"task": INNER, "join": {"policy": "quorum", "minSuccess": 3}})
+
+    assert (ignored.min_success, quorum.min_success) == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ({"mode": "durable"}, "only 'inline'"),
+        ({"task": {"key": "inner"}}, "key, domain, flow and version"),
+        ({"itemsPath": "items"}, "must start with '$.'"),
+        ({"execution": {"maxDegreeOfParallelism": 0}}, "maxDegreeOfParallelism must be"),
+        ({"execution": {"itemTimeoutSeconds": 50, "batchTimeoutSeconds": 10}}, "exceeds"),
+        ({"join": {"policy": "most"}}, "not one of the four"),
+        ({"join": {"policy": "quorum"}}, "minSuccess must be"),
+    ],
+)
+def test_a_config_publishing_would_refuse_fails_cleanly_at_run_time(config, says):
+    with pytest.raises(TaskFailure) as caught:
+        FanOutConfig.parse({"task": INNER, **config})
+
+    assert caught.value.code == "FanOut:InvalidConfiguration"
+    assert says in caught.value.message

@@ -1,0 +1,235 @@
+"""Fan-out (task type 21, seed 002) on PostgreSQL with a local HTTP stub:
+
+1. Batch wall: 100 items of a 20 ms HTTP inner task with maxDegreeOfParallelism 10, against
+   the ideal 200 ms (10 waves of 20 ms) and against the floor measured in the same run (the
+   same 100 calls from 10 plain threads sharing one httpx client, no engine).
+2. Per-item overhead: 50 items of a 0 ms HTTP inner task on one slot, against the same 50 calls
+   made one after another with the same client: the difference per item is what the engine
+   adds (clone, the item handler's script round trip, the item's thread and bookkeeping).
+3. Three SubProcess starts in one batch (children with their own start transition).
+
+Each figure is the fan-out task's own journal duration (the batch, from selection to output),
+the median of several transitions; rounds alternate with the floors so machine noise falls on
+both alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from bench.bench_transitions import INFO, prepare_database
+from bench.summary import record
+from instances.models import InstanceTask
+from instances.services import instance_start, instance_transition
+from instances.wiring import engine
+from tests.instances.fan_out_stub import FanOutStub, fan_out_stub
+from workflows.services import component_publish
+
+ROUNDS = 7
+LABELS = [{"label": "x", "language": "en"}]
+INNER = {"key": "bench-fan-inner", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
+FAN = {"key": "bench-fan", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
+CHILD_INNER = {"key": "bench-fan-child", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
+CHILD_FAN = {"key": "bench-fan-children", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
+
+HTTP_MAPPING = """
+def item_input_handler(task, context, item):
+    task.url = context.configuration["Bench:StubUrl"] + "/api/fan-out/sleep?ms=" + str(item.value)
+    return ScriptResponse()
+
+def output_handler(context, result):
+    return {"succeeded": result.succeeded}
+"""
+CHILD_MAPPING = """
+def item_input_handler(task, context, item):
+    task.key = context.instance.id + "-" + str(item.index)
+    task.body = {"document": item.value}
+    return ScriptResponse()
+
+def output_handler(context, result):
+    return {"children": result.succeeded}
+"""
+
+
+def _task(ref: dict[str, str], task_type: str, config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **ref,
+        "flowVersion": "1.0.0",
+        "tags": ["bench"],
+        "attributes": {"type": task_type, "config": config},
+    }
+
+
+def _flow(key: str, fan: dict[str, str], mapping: str, flow_type: str = "F") -> dict[str, Any]:
+    source = {"location": "./src/Bench.py", "code": mapping, "encoding": "NAT"}
+    go = {
+        "key": "go",
+        "target": "ready",
+        "triggerType": 0,
+        "versionStrategy": "Patch",
+        "labels": LABELS,
+        "onExecutionTasks": [{"order": 1, "task": fan, "mapping": source}],
+    }
+    return {
+        "key": key,
+        "flow": "sys-flows",
+        "domain": "core",
+        "version": "1.0.0",
+        "flowVersion": "1.0.0",
+        "tags": ["bench"],
+        "attributes": {
+            "type": flow_type,
+            "labels": LABELS,
+            "startTransition": {
+                "key": "start",
+                "target": "ready",
+                "triggerType": 0,
+                "versionStrategy": "Major",
+                "labels": LABELS,
+            },
+            "states": [
+                {
+                    "key": "ready",
+                    "stateType": 1,
+                    "versionStrategy": "Patch",
+                    "labels": LABELS,
+                    "transitions": [go],
+                }
+            ],
+        },
+    }
+
+
+def _child() -> dict[str, Any]:
+    document = _flow("bench-fan-child-flow", CHILD_FAN, CHILD_MAPPING, "P")
+    document["attributes"]["states"][0]["transitions"] = []
+    return document
+
+
+def _publish() -> None:
+    for document in (
+        _task(INNER, "6", {"url": "http://unused.invalid/", "method": "POST", "timeoutSeconds": 10}),
+        _task(FAN, "21", {"itemsPath": "$.items", "task": INNER,
+                          "execution": {"maxDegreeOfParallelism": 10}}),
+        _task({**FAN, "key": "bench-fan-serial"}, "21", {"itemsPath": "$.items", "task": INNER,
+                                                         "execution": {"maxDegreeOfParallelism": 1}}),
+        _child(),
+        _task(CHILD_INNER, "14", {"domain": "core", "flow": "bench-fan-child-flow"}),
+        _task(CHILD_FAN, "21", {"itemsPath": "$.items", "task": CHILD_INNER}),
+        _flow("bench-fan-flow", FAN, HTTP_MAPPING),
+        _flow("bench-fan-serial-flow", {**FAN, "key": "bench-fan-serial"}, HTTP_MAPPING),
+        _flow("bench-fan-children-flow", CHILD_FAN, CHILD_MAPPING),
+    ):  # fmt: skip
+        component_publish(document=document)
+
+
+def _batch_seconds(workflow: str, fan_key: str, items: list[Any]) -> float:
+    """Run one batch through a sync transition: the fan-out task's journal duration."""
+    started = instance_start(
+        domain="core", workflow=workflow, body={"attributes": {"items": items}}, info=INFO
+    )
+    instance_id = started.instance.id
+    instance_transition(
+        domain="core", workflow=workflow, ref=str(instance_id), transition_key="go", body={},
+        info=INFO, sync=True,
+    )  # fmt: skip
+    row = InstanceTask.objects.get(instance_id=instance_id, task_key=fan_key)
+    assert row.status == "succeeded", (row.error_code, row.error_message)
+    return row.duration_ms / 1000
+
+
+def _direct_parallel(stub: FanOutStub, client: httpx.Client, calls: int, width: int, ms: int) -> float:
+    """`calls` stub calls from `width` threads sharing `client`: the no-engine floor."""
+    url = f"{stub.base_url}/api/fan-out/sleep?ms={ms}"
+    per_thread = calls // width
+
+    def run() -> None:
+        for _ in range(per_thread):
+            client.post(url, json={"source": "bench"})
+
+    threads = [threading.Thread(target=run) for _ in range(width)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
+def _median(action: Callable[[], float]) -> float:
+    return statistics.median(action() for _ in range(ROUNDS))
+
+
+def main() -> None:
+    """Measure the three figures and record them."""
+    prepare_database()
+    _publish()
+    with fan_out_stub() as stub:
+        engine().config.script_configuration["Bench:StubUrl"] = stub.base_url
+        client = httpx.Client()
+        # Warm up: the script worker pool, the compiled mapping, the stub's connections.
+        _batch_seconds("bench-fan-flow", "bench-fan", [0] * 20)
+        _direct_parallel(stub, client, 20, 10, 0)
+
+        batch, floor = [], []
+        for _ in range(ROUNDS):
+            batch.append(_batch_seconds("bench-fan-flow", "bench-fan", [20] * 100))
+            floor.append(_direct_parallel(stub, client, 100, 10, 20))
+        wall, floor_wall = statistics.median(batch), statistics.median(floor)
+        print(f"100 x 20 ms, maxDop 10: batch {wall * 1000:.0f} ms, no-engine floor "
+              f"{floor_wall * 1000:.0f} ms, ideal 200 ms")  # fmt: skip
+        record(
+            "fan-out: 100 x 20 ms, maxDop 10, batch wall",
+            wall * 1000,
+            "ms",
+            baseline="ideal 10 waves x 20 ms",
+            baseline_value=200.0,
+            target="<= 1.15x",
+            met=wall <= 0.230,
+        )
+        record(
+            "fan-out: same batch vs no-engine threads",
+            wall * 1000,
+            "ms",
+            baseline="10 plain threads, shared client",
+            baseline_value=floor_wall * 1000,
+        )
+
+        items = 50
+        serial, direct = [], []
+        for _ in range(ROUNDS):
+            serial.append(_batch_seconds("bench-fan-serial-flow", "bench-fan-serial", [0] * items))
+            direct.append(_direct_parallel(stub, client, items, 1, 0))
+        overhead = (statistics.median(serial) - statistics.median(direct)) / items
+        print(f"per item on one slot: batch {statistics.median(serial) * 1000:.1f} ms, direct "
+              f"{statistics.median(direct) * 1000:.1f} ms for {items} calls: "
+              f"{overhead * 1000:.2f} ms added per item")  # fmt: skip
+        record(
+            "fan-out: engine overhead per item",
+            overhead * 1000,
+            "ms",
+            baseline="same call, no engine",
+            target="<= 1 ms",
+            met=overhead <= 0.001,
+        )
+        client.close()
+
+    children = _median(
+        lambda: _batch_seconds("bench-fan-children-flow", "bench-fan-children", [1, 2, 3])
+    )
+    print(f"3 SubProcess starts in one batch: {children * 1000:.0f} ms")
+    record(
+        "fan-out: 3 SubProcess starts in one batch",
+        children * 1000,
+        "ms",
+        baseline="vNext public runtime (seed 002)",
+        baseline_value=600.0,
+        target="<= 60 ms",
+        met=children <= 0.060,
+    )
