@@ -1,7 +1,7 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz` and `fanout` suites need
-PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
+The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz` and `fanout` suites
+need PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
 (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never
 writes to the test database. The other suites use no database.
 """

@@ -113,20 +113,23 @@ def _child() -> dict[str, Any]:
 
 
 def _publish() -> None:
+    serial = {**FAN, "key": "bench-fan-serial"}
     for document in (
-        _task(INNER, "6", {"url": "http://unused.invalid/", "method": "POST", "timeoutSeconds": 10}),
-        _task(FAN, "21", {"itemsPath": "$.items", "task": INNER,
-                          "execution": {"maxDegreeOfParallelism": 10}}),
-        _task({**FAN, "key": "bench-fan-serial"}, "21", {"itemsPath": "$.items", "task": INNER,
-                                                         "execution": {"maxDegreeOfParallelism": 1}}),
+        _task(INNER, "6", {"url": "http://unused.invalid/", "method": "POST"}),
+        _task(FAN, "21", _fan_config(INNER, 10)),
+        _task(serial, "21", _fan_config(INNER, 1)),
         _child(),
         _task(CHILD_INNER, "14", {"domain": "core", "flow": "bench-fan-child-flow"}),
-        _task(CHILD_FAN, "21", {"itemsPath": "$.items", "task": CHILD_INNER}),
+        _task(CHILD_FAN, "21", _fan_config(CHILD_INNER, 4)),
         _flow("bench-fan-flow", FAN, HTTP_MAPPING),
-        _flow("bench-fan-serial-flow", {**FAN, "key": "bench-fan-serial"}, HTTP_MAPPING),
+        _flow("bench-fan-serial-flow", serial, HTTP_MAPPING),
         _flow("bench-fan-children-flow", CHILD_FAN, CHILD_MAPPING),
-    ):  # fmt: skip
+    ):
         component_publish(document=document)
+
+
+def _fan_config(inner: dict[str, str], width: int) -> dict[str, Any]:
+    return {"itemsPath": "$.items", "task": inner, "execution": {"maxDegreeOfParallelism": width}}
 
 
 def _batch_seconds(workflow: str, fan_key: str, items: list[Any]) -> float:
@@ -137,14 +140,16 @@ def _batch_seconds(workflow: str, fan_key: str, items: list[Any]) -> float:
     instance_id = started.instance.id
     instance_transition(
         domain="core", workflow=workflow, ref=str(instance_id), transition_key="go", body={},
-        info=INFO, sync=True,
+        info=INFO,
     )  # fmt: skip
     row = InstanceTask.objects.get(instance_id=instance_id, task_key=fan_key)
     assert row.status == "succeeded", (row.error_code, row.error_message)
     return row.duration_ms / 1000
 
 
-def _direct_parallel(stub: FanOutStub, client: httpx.Client, calls: int, width: int, ms: int) -> float:
+def _direct_parallel(
+    stub: FanOutStub, client: httpx.Client, calls: int, width: int, ms: int
+) -> float:
     """`calls` stub calls from `width` threads sharing `client`: the no-engine floor."""
     url = f"{stub.base_url}/api/fan-out/sleep?ms={ms}"
     per_thread = calls // width

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -189,11 +190,11 @@ def test_subprocess_items_start_one_child_each_under_the_parent(operator_client)
 
     assert response.status_code == 200, response.content
     children = Instance.objects.filter(workflow_key="doc-child")
-    assert sorted(c.key for c in children) == [f"{instance_id}-doc-{i}" for i in range(3)]
+    assert sorted(str(c.key) for c in children) == [f"{instance_id}-doc-{i}" for i in range(3)]
     assert sorted(Instance.objects.get(pk=instance_id).data["children"]) == sorted(
         str(c.pk) for c in children
     )
-    assert Correlation.objects.filter(parent_id=instance_id, type="P").count() == 3
+    assert Correlation.objects.filter(parent_id=uuid.UUID(instance_id), type="P").count() == 3
 
 
 def test_a_process_refuses_to_boot_with_a_fan_out_limit_of_zero():
