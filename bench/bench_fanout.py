@@ -28,7 +28,7 @@ from bench.summary import record
 from instances.models import InstanceTask
 from instances.services import instance_start, instance_transition
 from instances.wiring import engine
-from tests.instances.fan_out_stub import FanOutStub, fan_out_stub
+from tests.instances.fan_out_stub import fan_out_stub_process
 from workflows.services import component_publish
 
 ROUNDS = 7
@@ -147,11 +147,9 @@ def _batch_seconds(workflow: str, fan_key: str, items: list[Any]) -> float:
     return row.duration_ms / 1000
 
 
-def _direct_parallel(
-    stub: FanOutStub, client: httpx.Client, calls: int, width: int, ms: int
-) -> float:
+def _direct_parallel(base_url: str, client: httpx.Client, calls: int, width: int, ms: int) -> float:
     """`calls` stub calls from `width` threads sharing `client`: the no-engine floor."""
-    url = f"{stub.base_url}/api/fan-out/sleep?ms={ms}"
+    url = f"{base_url}/api/fan-out/sleep?ms={ms}"
     per_thread = calls // width
 
     def run() -> None:
@@ -175,8 +173,8 @@ def main() -> None:
     """Measure the three figures and record them."""
     prepare_database()
     _publish()
-    with fan_out_stub() as stub:
-        engine().config.script_configuration["Bench:StubUrl"] = stub.base_url
+    with fan_out_stub_process() as stub:
+        engine().config.script_configuration["Bench:StubUrl"] = stub
         client = httpx.Client()
         # Warm up: the script worker pool, the compiled mapping, the stub's connections.
         _batch_seconds("bench-fan-flow", "bench-fan", [0] * 20)

@@ -14,6 +14,7 @@ keep-alive and writes each answer in one piece (no Nagle wait between headers an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -57,20 +58,24 @@ class FanOutStub:
 
     def answer(self, path: str, query: dict[str, list[str]]) -> int:
         """Wait as the path asks and say which status it answers."""
-        document_id = (query.get("documentId") or [""])[0]
-        if path == "/api/fan-out/sleep":
-            time.sleep(int((query.get("ms") or ["0"])[0]) / 1000)
-            return 200
-        if path in ("/api/fan-out/slow-documents/process", "/api/fan-out/documents/process-slow"):
-            time.sleep(self.slow_seconds)
-            return 200
-        if path == "/api/fan-out/documents/process":
-            if document_id.startswith("DOC-FAIL"):
-                return 500
-            if document_id.startswith("DOC-SLOW"):
-                time.sleep(self.slow_seconds)
-            return 200
-        return 404
+        delay, status = fate(path, query, self.slow_seconds)
+        if delay:
+            time.sleep(delay)
+        return status
+
+
+def fate(path: str, query: dict[str, list[str]], slow_seconds: float) -> tuple[float, int]:
+    """How long a call to `path` waits and the status it then answers."""
+    document_id = (query.get("documentId") or [""])[0]
+    if path == "/api/fan-out/sleep":
+        return int((query.get("ms") or ["0"])[0]) / 1000, 200
+    if path in ("/api/fan-out/slow-documents/process", "/api/fan-out/documents/process-slow"):
+        return slow_seconds, 200
+    if path == "/api/fan-out/documents/process":
+        if document_id.startswith("DOC-FAIL"):
+            return 0.0, 500
+        return (slow_seconds if document_id.startswith("DOC-SLOW") else 0.0), 200
+    return 0.0, 404
 
 
 def _handler(stub: FanOutStub) -> type[BaseHTTPRequestHandler]:
@@ -119,3 +124,72 @@ def fan_out_stub(slow_seconds: float = 1.5) -> Iterator[FanOutStub]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def _answer_async(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slow_seconds: float
+) -> None:
+    # One keep-alive connection: request line, headers, a Content-Length body; no more.
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                return
+            target = line.split(b" ")[1].decode()
+            length = 0
+            while (header := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = header.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if length:
+                await reader.readexactly(length)
+            url = urlparse(target)
+            query = parse_qs(url.query)
+            delay, status = fate(url.path, query, slow_seconds)
+            if delay:
+                await asyncio.sleep(delay)
+            document_id = (query.get("documentId") or [""])[0]
+            body = json.dumps({"documentId": document_id, "path": url.path}).encode()
+            writer.write(
+                f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+    except (ConnectionError, IndexError, ValueError, asyncio.IncompleteReadError):
+        return
+    finally:
+        writer.close()
+
+
+def _serve(slow_seconds: float, port_out: Any) -> None:
+    async def main() -> None:
+        server = await asyncio.start_server(
+            lambda r, w: _answer_async(r, w, slow_seconds), "127.0.0.1", 0
+        )
+        port_out.send(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        port_out.close()
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+@contextmanager
+def fan_out_stub_process(slow_seconds: float = 1.5) -> Iterator[str]:
+    """The stub as an asyncio server in a process of its own (cheap per call, and sharing no
+    interpreter lock with the caller, as a real target would not): its base URL for the
+    duration. It keeps no counts."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_serve, args=(slow_seconds, send), daemon=True)
+    process.start()
+    try:
+        if not receive.poll(60):
+            raise RuntimeError("the fan-out stub process did not start")
+        yield str(receive.recv())
+    finally:
+        process.kill()
+        process.join(10)
