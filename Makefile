@@ -36,9 +36,11 @@ STAMP := $(VENV)/.installed-py$(PYVER)
 PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/vnext_test
 # The browser tests (tests/site/test_admin__browser_*.py) drive Debian's chromium through its
-# chromedriver; `make browser` installs both with apt-get (as root, or through sudo).
+# chromedriver, and the admin draws state diagrams with Graphviz's dot; `make browser` installs
+# them with apt-get (as root, or through sudo).
 CHROMEDRIVER := /usr/bin/chromedriver
-BROWSER_PACKAGES := chromium chromium-driver
+DOT := /usr/bin/dot
+BROWSER_PACKAGES := chromium chromium-driver graphviz
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .DEFAULT_GOAL := help
@@ -71,9 +73,9 @@ python: ## Show the Python the virtualenv is made with (choose another with PYTH
 	@if [ -n "$(PYVER)" ]; then echo "$(PYVER) $(PYTHON)"; \
 	else echo "No Python >= 3.11 found ($(or $(PYTHON),$(PYTHON_CHOICES)))" >&2; exit 1; fi
 
-browser: ## Install chromium and chromedriver for the browser tests (apt-get; once)
-	@[ -x $(CHROMEDRIVER) ] || { \
-	  echo "==> $(CHROMEDRIVER) is missing: apt-get install $(BROWSER_PACKAGES)"; \
+browser: ## Install chromium, chromedriver (browser tests) and graphviz (admin diagrams) with apt-get, once
+	@[ -x $(CHROMEDRIVER) ] && [ -x $(DOT) ] || { \
+	  echo "==> $(CHROMEDRIVER) or $(DOT) is missing: apt-get install $(BROWSER_PACKAGES)"; \
 	  apt="$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get"; \
 	  packages="-y --no-install-recommends $(BROWSER_PACKAGES)"; \
 	  $$apt install $$packages \

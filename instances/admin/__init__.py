@@ -12,19 +12,19 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from instances.admin import inspector
 from instances.job_handlers import REPLAYED, job_replay
 from instances.models import (
     Correlation,
     Incident,
     Instance,
     InstanceTask,
-    InstanceTransition,
     Job,
     OperatorAction,
 )
@@ -36,6 +36,7 @@ from instances.services import (
     operator_retry,
     retry_plan,
 )
+from instances.status import InstanceStatus, choices
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -48,20 +49,6 @@ class _ReadOnlyInline(admin.TabularInline):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-class TransitionInline(_ReadOnlyInline):
-    model = InstanceTransition
-    fields = readonly_fields = (
-        "started_at",
-        "transition_key",
-        "from_state",
-        "to_state",
-        "status",
-        "actor",
-        "error_code",
-    )
-    ordering = ["started_at"]
 
 
 class TaskInline(_ReadOnlyInline):
@@ -91,6 +78,48 @@ class TaskInline(_ReadOnlyInline):
                 index,
             )
         return row.task_key
+
+
+class OpenIncidentFilter(admin.SimpleListFilter):
+    """Instances with (or without) an open incident."""
+
+    title = "open incident"
+    parameter_name = "open_incident"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        open_ones = Incident.objects.filter(instance=OuterRef("pk"), resolved=False)
+        if self.value() == "yes":
+            return queryset.filter(Exists(open_ones))
+        if self.value() == "no":
+            return queryset.exclude(Exists(open_ones))
+        return queryset
+
+
+class ErrorCodeFilter(admin.SimpleListFilter):
+    """Instances by the error code of an open incident (the codes open right now)."""
+
+    title = "error code (open incident)"
+    parameter_name = "error_code"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        codes = (
+            Incident.objects.filter(resolved=False)
+            .values_list("error_code", flat=True)
+            .distinct()
+            .order_by("error_code")[:50]
+        )
+        return [(code, code) for code in codes]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if not self.value():
+            return queryset
+        matching = Incident.objects.filter(
+            instance=OuterRef("pk"), resolved=False, error_code=self.value()
+        )
+        return queryset.filter(Exists(matching))
 
 
 class IncidentInline(_ReadOnlyInline):
@@ -162,10 +191,30 @@ class InstanceAdmin(admin.ModelAdmin):
     """The instance inspector. Every field stays read-only; the change permission only unlocks
     the operator actions."""
 
-    list_display = ["id", "workflow_key", "key", "status", "current_state", "updated_at"]
-    list_filter = ["status", "workflow_key", "current_state", "domain"]
+    list_display = [
+        "id",
+        "workflow_key",
+        "workflow_version",
+        "key",
+        "status",
+        "current_state",
+        "open_incident",
+        "modified",
+    ]
+    list_filter = [
+        "status",
+        "domain",
+        "workflow_key",
+        "workflow_version",
+        "current_state",
+        OpenIncidentFilter,
+        ErrorCodeFilter,
+        ("created_at", admin.DateFieldListFilter),
+        ("updated_at", admin.DateFieldListFilter),
+    ]
     search_fields = ["id", "key"]
     date_hierarchy = "created_at"
+    change_list_template = "admin/instances/instance/change_list.html"
     fields = readonly_fields = (
         "id",
         "domain",
@@ -183,17 +232,98 @@ class InstanceAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
         "completed_at",
+        "diagram",
+        "timeline",
+        "data_versions",
+        "jobs",
+        "locks",
         "pretty_data",
         "pretty_extra",
     )
     inlines = [
-        TransitionInline,
         TaskInline,
         IncidentInline,
         ChildCorrelationInline,
         OperatorActionInline,
     ]
     actions = ["retry", "cancel", "resolve_incidents"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Instance]:
+        """Rows with the code of their newest open incident (the list's column), one query."""
+        newest_open = Incident.objects.filter(instance=OuterRef("pk"), resolved=False).order_by(
+            "-created_at"
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(open_error=Subquery(newest_open.values("error_code")[:1]))
+        )
+
+    @admin.display(description="Open incident", ordering="open_error")
+    def open_incident(self, instance: Instance) -> str:
+        """The error code of the newest open incident, if any."""
+        return getattr(instance, "open_error", None) or "-"
+
+    @admin.display(description="Modified", ordering="updated_at")
+    def modified(self, instance: Instance) -> str:
+        """Last change, to the second, with its age."""
+        return inspector.when(instance.updated_at)
+
+    @admin.display(description="Diagram")
+    def diagram(self, instance: Instance) -> str:
+        """The workflow's diagram: this instance's state and the path it took."""
+        return inspector.diagram_panel(instance, self._history(instance))
+
+    @admin.display(description="Timeline")
+    def timeline(self, instance: Instance) -> str:
+        """Every transition: who, when, trigger, duration, outcome, error."""
+        return inspector.timeline_panel(self._history(instance))
+
+    @admin.display(description="Data versions")
+    def data_versions(self, instance: Instance) -> str:
+        """The data versions, newest first, with what each changed."""
+        return inspector.data_panel(instance)
+
+    @admin.display(description="Jobs")
+    def jobs(self, instance: Instance) -> str:
+        """Pending, running and failed jobs."""
+        return inspector.jobs_panel(instance)
+
+    @admin.display(description="Locks held")
+    def locks(self, instance: Instance) -> str:
+        """The resource locks it holds."""
+        return inspector.locks_panel(instance)
+
+    def _history(self, instance: Instance) -> list[Any]:
+        # Read once per page for both the diagram and the timeline.
+        cached = getattr(instance, "_admin_history", None)
+        if cached is None:
+            cached = inspector.history(instance)
+            instance._admin_history = cached  # type: ignore[attr-defined]
+        return cached
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The list, with the instances counted by status at the top (each a filter link).
+        An operator action posted by hand without the permission is a 403, not a quiet
+        'no action selected'."""
+        if (
+            request.method == "POST"
+            and request.POST.get("action") in OPERATOR_ACTIONS
+            and not self.has_change_permission(request)
+        ):
+            raise PermissionDenied
+        counts = dict(
+            Instance.objects.values_list("status").annotate(n=Count("id")).order_by("status")
+        )
+        base = reverse("admin:instances_instance_changelist")
+        status_counts = [
+            (label, counts.get(value, 0), f"{base}?status__exact={value}")
+            for value, label in choices(InstanceStatus)
+        ]
+        extra_context = {**(extra_context or {}), "status_counts": status_counts}
+        return super().changelist_view(request, extra_context)
 
     @admin.display(description="Started by")
     def parent_link(self, instance: Instance) -> str:
@@ -286,19 +416,6 @@ class InstanceAdmin(admin.ModelAdmin):
     def _report(self, request: HttpRequest, results: list[OperatorResult]) -> None:
         for result in results:
             self.message_user(request, str(result), _LEVELS.get(result.outcome, messages.ERROR))
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        """An operator action posted by hand without the permission is a 403, not a quiet
-        'no action selected'."""
-        if (
-            request.method == "POST"
-            and request.POST.get("action") in OPERATOR_ACTIONS
-            and not self.has_change_permission(request)
-        ):
-            raise PermissionDenied
-        return super().changelist_view(request, extra_context)
 
     def changeform_view(
         self,

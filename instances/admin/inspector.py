@@ -1,0 +1,244 @@
+"""The instance inspector's panels: the diagram with the current state and the path taken, the
+timeline, the data versions with what each changed, the jobs and the locks. Each panel reads
+its rows in one query, so the page's query count does not grow with the instance's history."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.timesince import timesince
+
+from instances.models import Instance, InstanceDataVersion, InstanceTransition, Job
+from instances.status import JobStatus, Trigger, choices
+from instances.wiring import engine
+from locks.models import ResourceLock
+from workflows.diagram import graphviz_available, render
+
+# Timelines and data histories longer than this show their newest rows (the rest are counted).
+MAX_ROWS = 500
+_STYLE = mark_safe(
+    "<style>"
+    ".vnext-diagram{width:100%;overflow-x:auto}.vnext-diagram svg{width:100%;height:auto}"
+    "table.vnext-rows{width:100%;border-collapse:collapse;font-size:12px}"
+    "table.vnext-rows th,table.vnext-rows td{padding:3px 6px;border-bottom:1px solid #eceff1;"
+    "text-align:left;vertical-align:top}"
+    "table.vnext-rows tr.failed td,table.vnext-rows tr.faulted td{background:#ffebee}"
+    ".vnext-change del{background:#ffebee;text-decoration:none}"
+    ".vnext-change ins{background:#e8f5e9;text-decoration:none}"
+    ".vnext-age{color:#78909c}"
+    "</style>"
+)
+
+
+def when(moment: datetime | None) -> SafeString | str:
+    """A time to the second, with its age (`2026-12-01 10:07:31 (4 minutes ago)`)."""
+    if moment is None:
+        return "-"
+    local = timezone.localtime(moment)
+    return format_html(
+        '{} <span class="vnext-age">({} ago)</span>',
+        local.strftime("%Y-%m-%d %H:%M:%S"),
+        timesince(moment).split(",")[0],
+    )
+
+
+def diagram_panel(instance: Instance, path: list[InstanceTransition]) -> SafeString:
+    """The version's diagram, the current state filled and the transitions taken drawn heavy."""
+    definition = engine().components.workflow(
+        instance.domain, instance.workflow_key, instance.workflow_version
+    )
+    drawn = render(definition) if definition is not None else None
+    if drawn is None:
+        reason = "Graphviz is not installed (apt-get install graphviz)"
+        if definition is None:
+            reason = "the workflow version is not published"
+        elif graphviz_available():
+            reason = "the diagram could not be drawn (see the server log)"
+        return format_html("<p>No diagram: {}.</p>", reason)
+    scope = f"diagram-{instance.pk}"
+    taken = [(row.from_state, row.transition_key) for row in path if row.status == "completed"]
+    style = drawn.highlight(scope, instance.current_state, taken)
+    return format_html(
+        '{}<div id="{}" class="vnext-diagram">{}{}</div>',
+        _STYLE,
+        scope,
+        mark_safe(style),
+        mark_safe(drawn.svg),
+    )
+
+
+def history(instance: Instance) -> list[InstanceTransition]:
+    """The instance's transitions, oldest first (the newest MAX_ROWS)."""
+    rows = list(
+        InstanceTransition.objects.filter(instance=instance)
+        .defer("body")
+        .order_by("-started_at")[:MAX_ROWS]
+    )
+    rows.reverse()
+    return rows
+
+
+def timeline_panel(rows: list[InstanceTransition]) -> SafeString | str:
+    """Who, when, trigger, transition, from -> to, duration, outcome, error."""
+    if not rows:
+        return "no transition yet"
+    triggers = dict(choices(Trigger))
+    lines = format_html_join(
+        "",
+        '<tr class="{}"><td>{}</td><td>{}</td><td>{}</td><td>{} &rarr; {}</td><td>{}</td>'
+        "<td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                row.status,
+                when(row.started_at),
+                row.actor or "-",
+                triggers.get(row.trigger_type, row.trigger_type),
+                row.from_state or "-",
+                row.to_state or "-",
+                row.transition_key,
+                _duration(row),
+                row.status,
+                f"{row.error_code}: {row.error_message}" if row.error_code else "",
+            )
+            for row in rows
+        ),
+    )
+    more = f"<p>The newest {MAX_ROWS} transitions.</p>" if len(rows) == MAX_ROWS else ""
+    return format_html(
+        '{}{}<table class="vnext-rows vnext-timeline"><tr><th>When</th><th>Who</th>'
+        "<th>Trigger</th><th>From &rarr; to</th><th>Transition</th><th>Took</th>"
+        "<th>Outcome</th><th>Error</th></tr>{}</table>",
+        _STYLE,
+        mark_safe(more),
+        lines,
+    )
+
+
+def _duration(row: InstanceTransition) -> str:
+    if row.finished_at is None:
+        return "running" if row.status == "running" else "-"
+    milliseconds = (row.finished_at - row.started_at).total_seconds() * 1000
+    return f"{milliseconds:.0f} ms" if milliseconds < 10_000 else f"{milliseconds / 1000:.1f} s"
+
+
+def data_panel(instance: Instance) -> SafeString | str:
+    """Every data version (newest first) with what it changed against the one before."""
+    versions = list(
+        InstanceDataVersion.objects.filter(instance=instance)
+        .select_related("transition")
+        .only("version", "data", "created_at", "transition__transition_key")
+        .order_by("created_at")
+    )[-MAX_ROWS:]
+    if not versions:
+        return "no data version yet"
+    rows = []
+    before: dict[str, Any] = {}
+    for version in versions:
+        after = _flatten(version.data)
+        rows.append(
+            (
+                version.version,
+                when(version.created_at),
+                version.transition.transition_key if version.transition else "-",
+                _changes(before, after),
+            )
+        )
+        before = after
+    rows.reverse()
+    body = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        rows,
+    )
+    return format_html(
+        '{}<table class="vnext-rows vnext-data"><tr><th>Version</th><th>When</th>'
+        "<th>Transition</th><th>Changed</th></tr>{}</table>",
+        _STYLE,
+        body,
+    )
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    # Leaves by JSON pointer: {"a": {"b": 1}} -> {"/a/b": 1}; lists are leaves.
+    if not isinstance(data, dict) or not data:
+        return {prefix or "/": data}
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        flat.update(_flatten(value, f"{prefix}/{key}"))
+    return flat
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> SafeString | str:
+    changed = []
+    for path in sorted(set(before) | set(after)):
+        old, new = before.get(path, _MISSING), after.get(path, _MISSING)
+        if old == new:
+            continue
+        changed.append((path, _shown(old), _shown(new)))
+    if not changed:
+        return "no change"
+    return format_html_join(
+        "",
+        '<div class="vnext-change"><code>{}</code> <del>{}</del> &rarr; <ins>{}</ins></div>',
+        changed,
+    )
+
+
+_MISSING = object()
+
+
+def _shown(value: Any) -> str:
+    if value is _MISSING:
+        return "(none)"
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def jobs_panel(instance: Instance) -> SafeString | str:
+    """The instance's pending, running and failed jobs, each linking to the job."""
+    live = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED)
+    jobs = list(Job.objects.filter(instance=instance, status__in=live).order_by("run_at")[:100])
+    if not jobs:
+        return "none waiting, running or failed"
+    rows = format_html_join(
+        "",
+        '<tr class="{}"><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td>'
+        "<td>{}</td><td>{}</td></tr>",
+        (
+            (
+                job.status,
+                reverse("admin:instances_job_change", args=[job.pk]),
+                job.pk,
+                job.kind,
+                job.status,
+                when(job.run_at),
+                job.attempts,
+                job.last_error[:200],
+            )
+            for job in jobs
+        ),
+    )
+    return format_html(
+        '{}<table class="vnext-rows vnext-jobs"><tr><th>Job</th><th>Kind</th><th>Status</th>'
+        "<th>Due</th><th>Attempts</th><th>Last error</th></tr>{}</table>",
+        _STYLE,
+        rows,
+    )
+
+
+def locks_panel(instance: Instance) -> SafeString | str:
+    """The resource locks the instance holds, with their expiry."""
+    locks = list(ResourceLock.objects.filter(owner=instance.pk).order_by("key"))
+    if not locks:
+        return "none held"
+    return format_html_join(
+        "",
+        "<div><code>{}</code> (by {}, expires {})</div>",
+        ((lock.key, lock.transition_key or "-", when(lock.expires_at)) for lock in locks),
+    )
