@@ -1,9 +1,9 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz` and `fanout` suites
-need PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
-(`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never
-writes to the test database. The other suites use no database.
+The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz`, `fanout` and
+`admin` suites need PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the
+benchmarks' own database (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides
+it), so `make bench` never writes to the test database. The other suites use no database.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ SUITES = (
     "serving",
     "fuzz",
     "fanout",
+    "admin",
 )
 DATABASE_SUITES = {
     "transitions",
@@ -34,6 +35,7 @@ DATABASE_SUITES = {
     "serving",
     "fuzz",
     "fanout",
+    "admin",
 }
 
 
@@ -51,6 +53,7 @@ def main(argv: list[str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     django.setup()
     from bench import (
+        bench_admin,
         bench_fanout,
         bench_fuzz,
         bench_jobs,
@@ -70,6 +73,7 @@ def main(argv: list[str]) -> None:
         "jobs": bench_jobs.main,
         "locks": bench_locks.main,
         "fanout": bench_fanout.main,
+        "admin": bench_admin.main,
         "subflows": bench_subflows.main,
         "longpoll": bench_longpoll.main,
         "serving": bench_serving.main,

@@ -24,7 +24,6 @@ from instances.models import (
     Correlation,
     Incident,
     Instance,
-    InstanceTask,
     Job,
     OperatorAction,
 )
@@ -49,35 +48,6 @@ class _ReadOnlyInline(admin.TabularInline):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-class TaskInline(_ReadOnlyInline):
-    model = InstanceTask
-    fields = readonly_fields = (
-        "created_at",
-        "task",
-        "phase",
-        "order",
-        "status",
-        "attempts",
-        "duration_ms",
-        "error_code",
-    )
-    # A fan-out batch's row is written just before its item rows (`key#index`): in write
-    # order, each batch is followed by its items.
-    ordering = ["created_at", "id"]
-
-    @admin.display(description="task")
-    def task(self, row: InstanceTask) -> str:
-        """The task key; a fan-out item row shows indented under its batch as `#index`."""
-        _, separator, index = row.task_key.rpartition("#")
-        if separator and index.isdigit():
-            return format_html(
-                '<span style="padding-left:1.5em" title="{}">&#8627; item #{}</span>',
-                row.task_key,
-                index,
-            )
-        return row.task_key
 
 
 class OpenIncidentFilter(admin.SimpleListFilter):
@@ -235,13 +205,13 @@ class InstanceAdmin(admin.ModelAdmin):
         "diagram",
         "timeline",
         "data_versions",
+        "task_journal",
         "jobs",
         "locks",
         "pretty_data",
         "pretty_extra",
     )
     inlines = [
-        TaskInline,
         IncidentInline,
         ChildCorrelationInline,
         OperatorActionInline,
@@ -283,6 +253,11 @@ class InstanceAdmin(admin.ModelAdmin):
     def data_versions(self, instance: Instance) -> str:
         """The data versions, newest first, with what each changed."""
         return inspector.data_panel(instance)
+
+    @admin.display(description="Task journal")
+    def task_journal(self, instance: Instance) -> str:
+        """Every task run, in write order; a fan-out batch's items indented under it."""
+        return inspector.tasks_panel(instance)
 
     @admin.display(description="Jobs")
     def jobs(self, instance: Instance) -> str:

@@ -14,7 +14,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
-from instances.models import Instance, InstanceDataVersion, InstanceTransition, Job
+from instances.models import (
+    Instance,
+    InstanceDataVersion,
+    InstanceTask,
+    InstanceTransition,
+    Job,
+)
 from instances.status import JobStatus, Trigger, choices
 from instances.wiring import engine
 from locks.models import ResourceLock
@@ -198,6 +204,54 @@ def _shown(value: Any) -> str:
         return "(none)"
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def tasks_panel(instance: Instance) -> SafeString | str:
+    """The task journal in write order (a fan-out batch's row is written just before its
+    items' `key#index` rows, which show indented under it as `item #index`)."""
+    rows = list(
+        InstanceTask.objects.filter(instance=instance)
+        .defer("response")
+        .order_by("-created_at", "-id")[:MAX_ROWS]
+    )
+    if not rows:
+        return "no task run yet"
+    rows.reverse()
+    body = format_html_join(
+        "",
+        '<tr class="{}"><td>{}</td><td class="task">{}</td><td>{}</td><td>{}</td><td>{}</td>'
+        "<td>{}</td><td>{} ms</td><td>{}</td></tr>",
+        (
+            (
+                row.status,
+                when(row.created_at),
+                _task_name(row.task_key),
+                row.phase,
+                row.order,
+                row.status,
+                row.attempts,
+                row.duration_ms,
+                f"{row.error_code}: {row.error_message}"[:300] if row.error_code else "",
+            )
+            for row in rows
+        ),
+    )
+    return format_html(
+        '{}<table class="vnext-rows vnext-tasks"><tr><th>When</th><th>Task</th><th>Phase</th>'
+        "<th>Order</th><th>Status</th><th>Attempts</th><th>Took</th><th>Error</th></tr>{}"
+        "</table>",
+        _STYLE,
+        body,
+    )
+
+
+def _task_name(key: str) -> SafeString | str:
+    _, separator, index = key.rpartition("#")
+    if separator and index.isdigit():
+        return format_html(
+            '<span style="padding-left:1.5em" title="{}">&#8627; item #{}</span>', key, index
+        )
+    return key
 
 
 def jobs_panel(instance: Instance) -> SafeString | str:

@@ -76,3 +76,67 @@ def viewer() -> Any:
         Permission.objects.get(content_type__app_label="instances", codename="view_instance")
     )
     return user
+
+
+def long_history_instance(transitions: int = 500, versions: int = 200) -> Instance:
+    """An `inspected` (ping-pong) instance, published here, with `transitions` history rows
+    (alternating ping/pong) and `versions` data versions, each changing a few fields: the
+    inspector's worst page."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from instances.models import InstanceDataVersion, InstanceTask, InstanceTransition
+    from tests.instances.workflows import ping_pong
+    from workflows.services import component_publish
+
+    component_publish(document=ping_pong("inspected"))
+    started = instance_start(domain="core", workflow="inspected", body={}, info=RequestInfo())
+    instance = Instance.objects.get(pk=started.instance.id)
+    base = timezone.now() - timedelta(hours=1)
+    rows = []
+    for index in range(transitions):
+        source, target = ("ping", "pong") if index % 2 == 0 else ("pong", "ping")
+        rows.append(
+            InstanceTransition(
+                instance=instance,
+                transition_key=f"to-{target}",
+                from_state=source,
+                to_state=target,
+                trigger_type=0,
+                actor="client",
+                status="completed",
+                started_at=base + timedelta(seconds=index),
+                finished_at=base + timedelta(seconds=index, milliseconds=12),
+            )
+        )
+    InstanceTransition.objects.bulk_create(rows)
+    data: dict[str, Any] = {"customer": {"id": "c-1", "tier": "gold"}, "items": []}
+    versions_rows = []
+    for index in range(versions):
+        data = {**data, "counter": index, "last": f"step-{index}", "items": [index % 7]}
+        versions_rows.append(
+            InstanceDataVersion(
+                instance=instance,
+                transition=rows[min(index, transitions - 1)],
+                version=f"1.{index}.0",
+                patch={"counter": index},
+                data=data,
+                created_at=base + timedelta(seconds=index),
+            )
+        )
+    InstanceDataVersion.objects.bulk_create(versions_rows)
+    InstanceTask.objects.bulk_create(
+        InstanceTask(
+            instance=instance,
+            task_key=f"task-{index}",
+            phase="onExecute",
+            status="succeeded",
+            created_at=base + timedelta(seconds=index),
+        )
+        for index in range(50)
+    )
+    Instance.objects.filter(pk=instance.pk).update(
+        current_state="pong" if transitions % 2 else "ping", data=data
+    )
+    return Instance.objects.get(pk=instance.pk)

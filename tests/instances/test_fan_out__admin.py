@@ -26,7 +26,7 @@ def test_item_rows_follow_their_batch_indented_as_items(operator_client, admin_c
 
     assert page.status_code == 200
     html = page.content.decode()
-    journal = re.findall(r'<td class="field-task">\s*<p>(.*?)</p>', html, re.S)
+    journal = re.findall(r'<td class="task">(.*?)</td>', html, re.S)
     # The start's script task, the batch, then its three items in order.
     assert journal[-4] == "fan"
     assert [re.findall(r"&#8627; item #(\d)</span>", row) for row in journal[-3:]] == [
