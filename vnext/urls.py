@@ -6,17 +6,23 @@ the problem+json 404 (`App:900004`); a known path with a method it does not take
 """
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from instances.api.views import SubflowForwardView
 from vnext.exception_handler import ApiNotFoundView
 from vnext.health import health
 
-admin.site.site_header = "vNext operations"
-admin.site.site_title = "vNext"
-
 urlpatterns = [
+    # The site's home is the operations dashboard (the admin's index): "View site" lands there.
+    path("", RedirectView.as_view(pattern_name="admin:index"), name="home"),
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url=static("vnext/favicon.svg"), permanent=True),
+        name="favicon",
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", include("workflows.api.urls")),
     path("api/v1/", include("instances.api.urls")),

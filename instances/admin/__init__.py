@@ -7,6 +7,7 @@ resolve instances with actions that confirm first and call the same services as 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
@@ -16,6 +17,7 @@ from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from instances.admin import inspector
@@ -36,6 +38,8 @@ from instances.services import (
     retry_plan,
 )
 from instances.status import InstanceStatus, choices
+from vnext.admin_site import broker_configured
+from vnext.conf import vnext_setting
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -66,6 +70,22 @@ class OpenIncidentFilter(admin.SimpleListFilter):
         if self.value() == "no":
             return queryset.exclude(Exists(open_ones))
         return queryset
+
+
+class BusyPastLeaseFilter(admin.SimpleListFilter):
+    """Busy instances whose owner has held them longer than the Busy lease (stuck)."""
+
+    title = "busy past its lease"
+    parameter_name = "busy_past_lease"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Yes")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() != "yes":
+            return queryset
+        lease = timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
+        return queryset.filter(status=InstanceStatus.BUSY, busy_since__lt=timezone.now() - lease)
 
 
 class ErrorCodeFilter(admin.SimpleListFilter):
@@ -179,6 +199,7 @@ class InstanceAdmin(admin.ModelAdmin):
         "current_state",
         OpenIncidentFilter,
         ErrorCodeFilter,
+        BusyPastLeaseFilter,
         ("created_at", admin.DateFieldListFilter),
         ("updated_at", admin.DateFieldListFilter),
     ]
@@ -451,10 +472,32 @@ class PermittedActionsMixin:
 class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     """The durable job queue; operators replay jobs through the same service as `jobs_replay`."""
 
-    list_display = ["id", "kind", "instance", "state", "status", "run_at", "attempts", "last_error"]
+    list_display = ["id", "kind", "instance", "state", "status", "due", "attempts", "error"]
     list_filter = ["kind", "status", "run_at"]
     search_fields = ["instance__id", "dedupe_key"]
-    readonly_fields = [f.name for f in Job._meta.fields]
+    readonly_fields = [
+        *(f.name for f in Job._meta.fields if f.name != "payload"),
+        "pretty_payload",
+    ]
+    fields = tuple(readonly_fields)
+
+    @admin.display(description="Due", ordering="run_at")
+    def due(self, job: Job) -> str:
+        """When it is (or was) due, to the second, with its age."""
+        return inspector.when(job.run_at)
+
+    @admin.display(description="Last error")
+    def error(self, job: Job) -> str:
+        """The last error's first line, cut to fit the list (the job's page has it whole)."""
+        first = job.last_error.strip().splitlines()[0] if job.last_error.strip() else ""
+        return first if len(first) <= 80 else first[:77] + "..."
+
+    @admin.display(description="Payload")
+    def pretty_payload(self, job: Job) -> str:
+        """The payload, indented."""
+        text = json.dumps(job.payload, indent=2, ensure_ascii=False)
+        return format_html('<pre style="white-space:pre-wrap">{}</pre>', text)
+
     actions = ["replay", "replay_forced"]
     action_permission = "instances.change_job"
 
@@ -493,3 +536,24 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+def _hide_periodic_tasks_without_a_broker() -> None:
+    # django-celery-beat's pages edit schedules that only a beat with a broker runs: with none
+    # configured (`make run`'s in-memory default) they would do nothing, so they are not shown.
+    if broker_configured():
+        return
+    from django_celery_beat import models as beat
+
+    for model in (
+        beat.PeriodicTask,
+        beat.IntervalSchedule,
+        beat.CrontabSchedule,
+        beat.SolarSchedule,
+        beat.ClockedSchedule,
+    ):
+        if admin.site.is_registered(model):
+            admin.site.unregister(model)
+
+
+_hide_periodic_tasks_without_a_broker()

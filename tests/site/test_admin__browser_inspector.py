@@ -69,6 +69,10 @@ def test_operator_finds_a_fault_by_code_inspects_it_retries_it_and_sees_it_compl
     driver.find_element(By.ID, "id_username").send_keys(operator_account.username)
     driver.find_element(By.ID, "id_password").send_keys(PASSWORD)
     click_and_load(driver, driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]"))
+    dashboard = driver.find_element(By.ID, "vnext-dashboard").text
+    assert "Faulted: 1" in dashboard
+    assert f"{code}: 1" in dashboard
+    shot(driver, "0-dashboard")
     driver.get(live_server.url + reverse("admin:instances_instance_changelist"))
     counts = driver.find_element(By.ID, "vnext-status-counts").text
     assert "Active: 1" in counts

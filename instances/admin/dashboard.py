@@ -1,0 +1,88 @@
+"""The operations dashboard on the admin's home page: what needs an operator now, each figure a
+link to the list it counts. A handful of aggregate queries, whatever the table sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from django.db.models import Count, Min
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.timesince import timesince
+
+from instances.models import Incident, Instance, Job
+from instances.status import InstanceStatus, JobStatus, choices
+from vnext.conf import vnext_setting
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One line of the dashboard: what, how many, and the list behind it."""
+
+    label: str
+    count: int
+    url: str
+    note: str = ""
+
+
+def _instances(**query: Any) -> str:
+    return reverse("admin:instances_instance_changelist") + "?" + urlencode(query)
+
+
+def _jobs(**query: Any) -> str:
+    return reverse("admin:instances_job_changelist") + "?" + urlencode(query)
+
+
+def dashboard() -> dict[str, list[Figure]]:
+    """Instances by status, open incidents by error code, the job queue by kind (depth and the
+    oldest due job's age), failed jobs, and Busy instances past their lease."""
+    now = timezone.now()
+    by_status = dict(
+        Instance.objects.values_list("status").annotate(n=Count("id")).order_by("status")
+    )
+    statuses = [
+        Figure(label, by_status.get(value, 0), _instances(status__exact=value))
+        for value, label in choices(InstanceStatus)
+    ]
+    incidents = [
+        Figure(code, n, _instances(error_code=code))
+        for code, n in Incident.objects.filter(resolved=False)
+        .values_list("error_code")
+        .annotate(n=Count("instance_id", distinct=True))
+        .order_by("-n", "error_code")[:20]
+    ]
+    queue = [
+        Figure(
+            kind,
+            n,
+            _jobs(status__exact=JobStatus.PENDING, kind__exact=kind),
+            f"oldest due {timesince(oldest, now)} ago" if oldest and oldest <= now else "",
+        )
+        for kind, n, oldest in Job.objects.filter(status=JobStatus.PENDING)
+        .values_list("kind")
+        .annotate(n=Count("id"), oldest=Min("run_at"))
+        .order_by("kind")
+    ]
+    lease = timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
+    attention = [
+        Figure(
+            "failed jobs",
+            Job.objects.filter(status=JobStatus.FAILED).count(),
+            _jobs(status__exact=JobStatus.FAILED),
+        ),
+        Figure(
+            "Busy past their lease",
+            Instance.objects.filter(status=InstanceStatus.BUSY, busy_since__lt=now - lease).count(),
+            _instances(status__exact=InstanceStatus.BUSY, busy_past_lease="yes"),
+            f"lease {lease.total_seconds():g} s",
+        ),
+    ]
+    return {
+        "statuses": statuses,
+        "incidents": incidents,
+        "queue": queue,
+        "attention": attention,
+    }
