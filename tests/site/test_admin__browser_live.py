@@ -50,4 +50,13 @@ def test_the_instance_page_shows_a_new_state_without_a_reload(
         wait.until(EC.text_to_be_present_in_element((By.ID, "vnext-live-state"), "leaf-done"))
         assert browser.find_element(By.ID, "vnext-live-status").text == "C"
         assert "updated" in browser.find_element(By.ID, "vnext-live-note").text
+        # The inspector's panels follow too: the timeline gains the transition, in place.
+        wait.until(
+            EC.text_to_be_present_in_element(
+                (By.CSS_SELECTOR, ".field-timeline table.vnext-timeline"), "finish-leaf"
+            )
+        )
+        assert browser.find_element(By.CSS_SELECTOR, ".field-status .readonly").text == (
+            "Completed"
+        )
         assert browser.find_element(By.TAG_NAME, "html") == page  # no reload
