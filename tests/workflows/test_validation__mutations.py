@@ -448,14 +448,14 @@ MUTATIONS = [
         FAN_OUT,
         set_field(("attributes", "config", "execution", "maxDegreeOfParallelism"), 0),
         "/attributes/config/execution/maxDegreeOfParallelism",
-        "less than the minimum of 1",
+        "must be at least 1, not 0",
     ),
     Mutation(
         "fan-out unknown join policy",
         FAN_OUT,
         set_field(("attributes", "config", "join", "policy"), "most"),
         "/attributes/config/join/policy",
-        "is not one of",
+        'must be one of "all", "allSettled", "quorum", "firstSuccess"',
     ),
     Mutation(
         "fan-out inner task reference without its version",
@@ -469,7 +469,7 @@ MUTATIONS = [
         FAN_OUT,
         set_field(("attributes", "config", "execution", "batchTimeoutSeconds"), 0),
         "/attributes/config/execution/batchTimeoutSeconds",
-        "less than the minimum of 1",
+        "must be at least 1, not 0",
     ),
     Mutation(
         "fan-out item boundary that rolls back",
@@ -483,7 +483,7 @@ MUTATIONS = [
         FAN_OUT_RETRY,
         set_field(("attributes", "config", "errorBoundary", "onError", 0, "action"), "explode"),
         "/attributes/config/errorBoundary/onError/0/action",
-        "is not valid under any of the given schemas|does not match",
+        "matches none of the shapes allowed here|does not match the pattern",
     ),
     Mutation(
         "fan-out item retry whose maxDelay is shorter than its initialDelay",
@@ -616,3 +616,33 @@ def test_garbage_inside_a_workflow_never_crashes():
     violations = validate_component(document, resolver())
     assert violations
     assert all(v.pointer.startswith("/attributes") for v in violations)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "pointer", "message"),
+    [
+        (
+            set_field(("attributes", "config", "execution", "maxDegreeOfParallelism"), "four"),
+            "/attributes/config/execution/maxDegreeOfParallelism",
+            "must be a whole number, not a string",
+        ),
+        (
+            set_field(("attributes", "config", "join", "ordered"), None),
+            "/attributes/config/join/ordered",
+            "must be true or false, not null",
+        ),
+        (
+            set_field(("attributes", "config", "join", "extra"), 1),
+            "/attributes/config/join",
+            "unknown field(s) 'extra'",
+        ),
+    ],
+)
+def test_schema_errors_read_as_plain_words(mutate, pointer, message):
+    document = copy.deepcopy(DOCS[FAN_OUT])
+    mutate(document)
+
+    violations = validate_component(document, resolver())
+
+    assert (pointer, message) in [(v.pointer, v.message) for v in violations]
+    assert not any("given schema" in v.message or "is not of type" in v.message for v in violations)

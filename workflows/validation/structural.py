@@ -195,15 +195,92 @@ _REQUIRED = re.compile(r"^'(.+)' is a required property$")
 def _violation(error: ValidationError) -> Violation:
     leaf = best_match([error])
     path = list(leaf.absolute_path)
-    message = leaf.message
+    message = plain_message(leaf)
     if leaf.validator == "required":
-        match = _REQUIRED.match(message)
+        match = _REQUIRED.match(leaf.message)
         if match:
             path.append(match.group(1))
             message = "is required"
     if len(message) > 300:
         message = message[:297] + "..."
     return Violation(json_pointer(*path), message)
+
+
+_JSON_TYPES = {
+    "object": "an object",
+    "array": "a list",
+    "string": "a string",
+    "integer": "a whole number",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int):
+        return "a whole number"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def plain_message(error: ValidationError) -> str:
+    """What a JSON Schema error means, in plain words (the schema's wording is for schema
+    authors: "Too many items match the given schema", "... is not of type 'null'")."""
+    kind, expected, value = error.validator, error.validator_value, error.instance
+    if kind == "type":
+        wanted = [expected] if isinstance(expected, str) else list(expected)
+        names = " or ".join(_JSON_TYPES.get(str(name), str(name)) for name in wanted)
+        return f"must be {names}, not {_json_type(value)}"
+    if kind == "enum":
+        return "must be one of " + ", ".join(_shown(item) for item in expected)
+    if kind == "const":
+        return f"must be {_shown(expected)}"
+    if kind in ("oneOf", "anyOf"):
+        if kind == "oneOf" and not error.context:
+            return "matches more than one of the shapes allowed here; make it match exactly one"
+        return "matches none of the shapes allowed here"
+    if kind == "additionalProperties" and isinstance(value, dict):
+        allowed = set((error.schema or {}).get("properties") or {})
+        extra = sorted(name for name in value if name not in allowed)
+        return "unknown field(s) " + ", ".join(repr(name) for name in extra)
+    if kind in ("minimum", "exclusiveMinimum"):
+        bound = "more than" if kind == "exclusiveMinimum" else "at least"
+        return f"must be {bound} {expected}, not {_shown(value)}"
+    if kind in ("maximum", "exclusiveMaximum"):
+        bound = "less than" if kind == "exclusiveMaximum" else "at most"
+        return f"must be {bound} {expected}, not {_shown(value)}"
+    if kind == "minLength":
+        return "must not be empty" if expected == 1 else f"needs at least {expected} characters"
+    if kind == "maxLength":
+        return f"must be at most {expected} characters long"
+    if kind == "minItems":
+        return "must not be empty" if expected == 1 else f"needs at least {expected} items"
+    if kind == "maxItems":
+        return f"must have at most {expected} items"
+    if kind == "uniqueItems":
+        return "must not list the same item twice"
+    if kind == "pattern":
+        return f"{_shown(value)} does not match the pattern {expected}"
+    if kind == "format":
+        return f"{_shown(value)} is not a valid {expected}"
+    if kind == "not":
+        return "is not allowed here"
+    return str(error.message)
 
 
 def _is_missing_script(error: ValidationError) -> bool:
