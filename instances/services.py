@@ -157,6 +157,32 @@ def instance_start(
     return InstanceOutcome(execution.instance, created=True, execution=execution)
 
 
+def start_runs_sync(domain: str, workflow: str, version: str | None, requested: bool) -> bool:
+    """Whether a start runs synchronously: the start transition's or the workflow's
+    `executionType`, else the request's `?sync` (404 when the workflow is not published)."""
+    definition = workflow_definition(domain, workflow, version)
+    return definition.runs_sync(definition.start, requested)
+
+
+def transition_runs_sync(
+    *, domain: str, workflow: str, ref: str, transition_key: str, requested: bool
+) -> tuple[bool, InstanceSnapshot]:
+    """Whether a transition runs synchronously (the transition's `executionType`, else its
+    workflow's, on the instance's pinned version; else `?sync`), and the instance it was read
+    from, for the run to start from. A transition forwarded to an active subflow follows the
+    addressed instance's workflow."""
+    addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    definition = engine().components.workflow(
+        addressed.domain, addressed.workflow_key, addressed.workflow_version
+    )
+    if definition is None:
+        return requested, addressed
+    transition = definition.transition_for(
+        addressed.current_state, transition_key
+    ) or definition.find_any(transition_key)
+    return definition.runs_sync(transition, requested), addressed
+
+
 def instance_transition(
     *,
     domain: str,
@@ -165,9 +191,12 @@ def instance_transition(
     transition_key: str,
     body: Any,
     info: RequestInfo,
+    addressed: InstanceSnapshot | None = None,
 ) -> InstanceOutcome:
-    """Run a client-triggered transition on an instance (by id or business key)."""
-    addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    """Run a client-triggered transition on an instance (by id or business key; `addressed`
+    when the caller has just read it)."""
+    if addressed is None:
+        addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
     for _ in range(2):
         instance, definition, transition, payload = _admissible(
             addressed, transition_key, body, info
@@ -561,12 +590,14 @@ def instance_transition_accept(
     transition_key: str,
     body: Any,
     info: RequestInfo,
+    addressed: InstanceSnapshot | None = None,
 ) -> InstanceOutcome:
     """`sync=false` transition: admission now (409 when Busy), the pipeline in a job.
 
     The admission CAS and the job row commit together; cancel/exit take Busy over, updateData
     takes no lock at all."""
-    addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    if addressed is None:
+        addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
     instance, _, transition, payload = _admissible(addressed, transition_key, body, info)
     reservation = f"res:{uuid.uuid4().hex}"
     job_payload = _job_payload(

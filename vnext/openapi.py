@@ -68,7 +68,8 @@ SYNC = OpenApiParameter(
     "sync",
     OpenApiTypes.BOOL,
     description="true: run to the next rest point and answer 200 with the instance; "
-    "false (default): accept the work as a job and answer 202",
+    "false (default): accept the work as a job and answer 202. A definition's executionType "
+    "(S or A, the transition's, else the workflow's) overrides it",
 )
 PAYLOAD_MODE = OpenApiParameter(
     "x-vnext-payload-mode",

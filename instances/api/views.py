@@ -75,6 +75,8 @@ from instances.services import (
     instance_start_accept,
     instance_transition,
     instance_transition_accept,
+    start_runs_sync,
+    transition_runs_sync,
     workflow_definition,
 )
 from instances.status import InstanceStatus
@@ -308,8 +310,10 @@ class InstanceStartView(ApiView):
         examples=[START_EXAMPLE],
     )
     def post(self, request: Request, domain: str, workflow: str) -> Response:
-        """Start (idempotent by business key); 200 envelope with `sync=true`, else 202."""
-        sync = _is_sync(request)
+        """Start (idempotent by business key); 200 envelope with `sync=true`, else 202 (the
+        definition's `executionType` decides when it sets one)."""
+        version = request.query_params.get("version") or None
+        sync = start_runs_sync(domain, workflow, version, _is_sync(request))
         start = instance_start if sync else instance_start_accept
 
         def run() -> InstanceOutcome:
@@ -318,7 +322,7 @@ class InstanceStartView(ApiView):
                 workflow=workflow,
                 body=request.data,
                 info=_info(request),
-                version=request.query_params.get("version") or None,
+                version=version,
             )
 
         if sync:
@@ -346,8 +350,15 @@ class InstanceTransitionView(ApiView):
     def patch(
         self, request: Request, domain: str, workflow: str, instance: str, transition: str
     ) -> Response:
-        """Admit and run the transition; 409 `Instance:100031` when the instance is busy."""
-        sync = _is_sync(request)
+        """Admit and run the transition; 409 `Instance:100031` when the instance is busy. The
+        transition's (else the workflow's) `executionType` overrides `?sync`."""
+        sync, addressed = transition_runs_sync(
+            domain=domain,
+            workflow=workflow,
+            ref=instance,
+            transition_key=transition,
+            requested=_is_sync(request),
+        )
         run = instance_transition if sync else instance_transition_accept
         return _answer(
             domain,
@@ -359,6 +370,7 @@ class InstanceTransitionView(ApiView):
                 transition_key=transition,
                 body=request.data,
                 info=_info(request),
+                addressed=addressed,
             ),
             accepted=not sync,
             request=request,

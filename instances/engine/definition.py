@@ -63,6 +63,12 @@ class TransitionDef:
         return int(self.raw.get("triggerType", Trigger.MANUAL))
 
     @property
+    def execution_type(self) -> str | None:
+        """`executionType`: "S" (sync) or "A" (async) overriding the request's choice, or None."""
+        value = self.raw.get("executionType")
+        return value if value in ("S", "A") else None
+
+    @property
     def is_default_auto(self) -> bool:
         """An automatic transition that fires when no other rule matched (`triggerKind: 10`)."""
         return self.raw.get("triggerKind") == DEFAULT_AUTO
@@ -204,6 +210,15 @@ class WorkflowDefinition:
         self.exit = self._special("exit", TransitionKind.EXIT)
         self.update_data = self._special("updateData", TransitionKind.UPDATE_DATA)
         self.timeout = self._special("timeout", TransitionKind.TIMEOUT)
+
+    def runs_sync(self, transition: TransitionDef | None, requested: bool) -> bool:
+        """Whether a client's start or transition runs synchronously: the transition's
+        `executionType`, else the workflow's, else what the request asked (`?sync`)."""
+        chosen = transition.execution_type if transition is not None else None
+        if chosen is None:
+            value = self.attributes.get("executionType")
+            chosen = value if value in ("S", "A") else None
+        return requested if chosen is None else chosen == "S"
 
     def _special(self, name: str, kind: str) -> TransitionDef | None:
         raw = self.attributes.get(name)

@@ -133,6 +133,21 @@ FAN_OUT_ITEM_RULE_SCHEMA: dict[str, Any] = {
 }
 
 
+EXECUTION_TYPE: dict[str, Any] = {
+    "type": "string",
+    "enum": ["S", "A"],
+    "description": "S: runs synchronously, A: as a job, whatever the request's ?sync says",
+}
+_TRANSITION_DEFINITIONS = (
+    "transition",
+    "sharedTransition",
+    "startTransition",
+    "cancelTransition",
+    "exitTransition",
+    "updateDataTransition",
+)
+
+
 def _walk(node: Any) -> Any:
     if isinstance(node, dict):
         yield node
@@ -155,6 +170,16 @@ def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
                 "description": "Python modules the sandbox lets this flow's scripts import.",
                 "items": {"type": "string", "pattern": _MODULE_NAME},
             }
+    if kind == ComponentKind.WORKFLOW:
+        # API.md 1: `executionType` "S"/"A" on the workflow and on a transition (of any kind)
+        # overrides the request's `?sync`, the transition's first.
+        schema["properties"]["attributes"]["properties"]["executionType"] = EXECUTION_TYPE
+        definitions = schema.get("definitions") or {}
+        for name in _TRANSITION_DEFINITIONS:
+            node = definitions.get(name) or {}
+            for part in [node, *node.get("allOf", [])]:
+                if isinstance(part.get("properties"), dict):
+                    part["properties"]["executionType"] = EXECUTION_TYPE
     if kind == ComponentKind.TASK:
         attributes = schema["properties"]["attributes"]
         attributes["properties"]["type"]["enum"].append("21")
