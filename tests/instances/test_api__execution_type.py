@@ -20,7 +20,9 @@ def typed(workflow_type: str | None = None, **transition_types: str) -> dict[str
     """ready --go--> done --back--> ready, with the given executionTypes."""
 
     def typed_transition(key: str, target: str) -> dict[str, Any]:
-        extra = {"executionType": transition_types[key]} if key in transition_types else {}
+        extra: dict[str, Any] = (
+            {"executionType": transition_types[key]} if key in transition_types else {}
+        )
         return transition(key, target, **extra)
 
     extra: dict[str, Any] = {"executionType": workflow_type} if workflow_type else {}
