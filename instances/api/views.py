@@ -75,6 +75,7 @@ from instances.services import (
     instance_start_accept,
     instance_transition,
     instance_transition_accept,
+    output_answer,
     start_runs_sync,
     transition_runs_sync,
     workflow_definition,
@@ -205,13 +206,15 @@ def _answer(
     accepted: bool,
     retried: bool = False,
     request: Request | None = None,
+    shaped_by: str | None = None,
 ) -> Response:
     """Run a start/transition/retry and answer: 202 `{id, status}` when accepted for a job;
-    else 200 with the instance envelope. A run that faults its instance answers 200 as well,
-    status `F`, with an `error` block (code, detail, the open incident), as vNext does (but
-    `CALLER_FAULTS`). A run
-    an error boundary stopped for a retry answers once the retries settle (they run here when
-    no worker has them) or `SYNC_RETRY_WAIT_SECONDS` pass, whichever is first."""
+    else 200 with the instance envelope, or what the workflow's output mapping makes of it
+    (`shaped_by` names the start or transition for its context; retries are never shaped).
+    A run that faults its instance answers 200 as well, status `F`, with an `error` block
+    (code, detail, the open incident), as vNext does (but `CALLER_FAULTS`). A run an error
+    boundary stopped for a retry answers once the retries settle (they run here when no
+    worker has them) or `SYNC_RETRY_WAIT_SECONDS` pass, whichever is first."""
     try:
         outcome = run()
     except PipelineFault as fault:
@@ -221,7 +224,7 @@ def _answer(
         instance = instance_by_id(fault.instance_id) or instance_snapshot(
             domain=domain, workflow=workflow, ref=str(fault.instance_id)
         )
-        return _faulted(instance, fault.code, fault.message, retried, request)
+        return _faulted(instance, fault.code, fault.message, retried, request, shaped_by)
     instance = outcome.instance
     execution = outcome.execution
     if not accepted and execution is not None and execution.relays:
@@ -242,8 +245,21 @@ def _answer(
         incident = active_incident(instance) if instance.status == InstanceStatus.FAULTED else None
         if incident is not None:
             code, detail = incident["errorCode"], incident["message"]
-            return _faulted(instance, code, detail, retried, request)
-    return _with_etags(Response({**_shown_envelope(instance, request), **extra}), instance)
+            return _faulted(instance, code, detail, retried, request, shaped_by)
+    return _sync_answer(instance, {**_shown_envelope(instance, request), **extra}, shaped_by)
+
+
+def _sync_answer(
+    instance: InstanceSnapshot, standard: dict[str, Any], shaped_by: str | None
+) -> Response:
+    """The standard envelope, or the workflow's output mapping's answer for it."""
+    shaped = output_answer(instance, standard, transition_key=shaped_by) if shaped_by else None
+    if shaped is None:
+        return _with_etags(Response(standard), instance)
+    response = Response(shaped.body, status=shaped.status)
+    for name, value in shaped.headers.items():
+        response[name] = value
+    return _with_etags(response, instance)
 
 
 def _shown_envelope(instance: InstanceSnapshot, request: Request | None) -> dict[str, Any]:
@@ -280,12 +296,13 @@ def _faulted(
     detail: str,
     retried: bool,
     request: Request | None = None,
+    shaped_by: str | None = None,
 ) -> Response:
     path = _instance_path(instance)
     error = {"errorCode": code, "detail": detail, "incident": {"href": f"{path}/incidents/active"}}
     extra = _retried(instance) if retried else {}
     body = {**_shown_envelope(instance, request), **extra, "error": error}
-    return _with_etags(Response(body), instance)
+    return _sync_answer(instance, body, shaped_by)
 
 
 class InstanceStartView(ApiView):
@@ -326,7 +343,9 @@ class InstanceStartView(ApiView):
             )
 
         if sync:
-            return _answer(domain, workflow, run, accepted=False, request=request)
+            return _answer(
+                domain, workflow, run, accepted=False, request=request, shaped_by="start"
+            )
         outcome = run()
         # An idempotent start answers with the instance that already exists.
         return _answer(domain, workflow, lambda: outcome, accepted=outcome.created, request=request)
@@ -374,6 +393,7 @@ class InstanceTransitionView(ApiView):
             ),
             accepted=not sync,
             request=request,
+            shaped_by=transition,
         )
 
 

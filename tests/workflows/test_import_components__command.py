@@ -152,7 +152,6 @@ def test_a_feature_this_version_does_not_execute_is_rejected_with_its_pointer(
     path = tmp_path / "flow" / "instance-management-test-workflow.json"
     document = json.loads(path.read_text())
     document["attributes"]["errorBoundary"] = {"onTimeout": {"action": 0}}
-    document["attributes"]["output"] = {"mapping": {"location": "./x.py", "code": ""}}
     path.write_text(json.dumps(document))
 
     code, out, err = run("validate_components", str(tmp_path), capsys=capsys)
@@ -160,9 +159,6 @@ def test_a_feature_this_version_does_not_execute_is_rejected_with_its_pointer(
     assert (
         "/attributes/errorBoundary/onTimeout: error boundary timeout policy "
         "(errorBoundary.onTimeout) is not supported by this version"
-    ) in err
-    assert (
-        "/attributes/output: output mapping (attributes.output) is not supported by this version"
     ) in err
     assert "1 rejected" in out
     assert "1 valid" in out

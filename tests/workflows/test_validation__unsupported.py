@@ -263,12 +263,6 @@ USES = [
         ["/attributes/states/1/notifications"],
     ),
     Use(
-        _row("output mapping"),
-        "workflow output",
-        setting("attributes", "output", value=script()),
-        ["/attributes/output"],
-    ),
-    Use(
         _row("start by event"),
         "workflow event",
         setting("attributes", "event", value=EVENT),

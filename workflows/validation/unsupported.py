@@ -399,13 +399,6 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         "(seed 001 'State Notifications')",
     ),
     UnsupportedFeature(
-        feature="output mapping (attributes.output)",
-        kinds=frozenset({WORKFLOW}),
-        where="/attributes/output",
-        find=_workflow_object("output"),
-        built_by="workflow output mapping of sync responses (seed 001 'Output Mapping')",
-    ),
-    UnsupportedFeature(
         feature="start by event (attributes.event)",
         kinds=frozenset({WORKFLOW}),
         where="/attributes/event",
