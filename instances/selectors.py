@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
+from django.core.cache import cache
 from django.db.models import Q, QuerySet
 
 from instances.engine.definition import (
@@ -42,7 +44,7 @@ from instances.status import (
     Trigger,
 )
 from instances.wiring import engine
-from vnext.conf import schema_hash_salt
+from vnext.conf import schema_hash_salt, vnext_setting
 
 
 @dataclass(frozen=True)
@@ -482,6 +484,47 @@ def data_function(
     """`functions/data`: `shown` is the data the caller may see (default: as stored)."""
     data = instance.data if shown is None else shown
     return {"data": data, "eTag": etag or instance.entity_etag, "extensions": {}}
+
+
+T = TypeVar("T")
+
+
+def function_cached(
+    definition: WorkflowDefinition,
+    instance: InstanceSnapshot,
+    function: str,
+    roles: Any,
+    variant: tuple[Any, ...],
+    compute: Callable[[], T],
+) -> T:
+    """A built-in function's answer (data, view, schema) from Django's cache while the instance
+    is unchanged (seed 001 "Config (Built-in Function Cache)"): kept for the workflow's
+    `config.functionCache.ttlSeconds`, else `VNEXT["FUNCTION_CACHE_SECONDS"]` (0: no cache),
+    per caller's roles and the query that shapes it. Any write to the instance changes its
+    ETag, and an entry made for another ETag is never served."""
+    ttl = function_cache_seconds(definition)
+    if ttl <= 0:
+        return compute()
+    who = json.dumps([sorted(roles) if roles is not None else None, *variant], default=str)
+    digest = hashlib.sha256(who.encode()).hexdigest()[:24]
+    key = f"vnext:function:{function}:{instance.id}:{digest}"
+    cached = cache.get(key)
+    if isinstance(cached, tuple) and len(cached) == 2 and cached[0] == instance.etag:
+        return cast(T, cached[1])
+    value = compute()
+    cache.set(key, (instance.etag, value), ttl)
+    return value
+
+
+def function_cache_seconds(definition: WorkflowDefinition) -> float:
+    """The TTL of a workflow's built-in function answers: its positive
+    `config.functionCache.ttlSeconds`, else the host default."""
+    config = definition.attributes.get("config")
+    tuning = config.get("functionCache") if isinstance(config, dict) else None
+    ttl = tuning.get("ttlSeconds") if isinstance(tuning, dict) else None
+    if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0:
+        return float(ttl)
+    return float(vnext_setting("FUNCTION_CACHE_SECONDS"))
 
 
 def data_at_version(instance: InstanceSnapshot, version: str) -> InstanceSnapshot | None:

@@ -29,6 +29,9 @@ DEFAULTS: dict[str, Any] = {
     # What the trigger task types (11 start, 12 direct trigger, 14 subprocess) start instances
     # and run transitions with: the instance services, in-process.
     "INSTANCE_WRITER": "instances.job_handlers.ServiceInstanceWriter",
+    # How long the data, view and schema functions' answers are cached while their instance is
+    # unchanged, unless the workflow sets `config.functionCache.ttlSeconds`; 0: not cached.
+    "FUNCTION_CACHE_SECONDS": 60.0,
     # Fan-out items (task type 21) running at once in one process, across every batch; at
     # least 1 (checked at start-up: 0 would stall every batch at its first item).
     "FAN_OUT_MAX_CONCURRENT_ITEMS": 64,

@@ -231,7 +231,12 @@ VNEXT = {
     "BUSY_LEASE_SECONDS": env.float("VNEXT_BUSY_LEASE_SECONDS", default=300.0),
     "EMBEDDED_RUNNER_THREADS": env.int("VNEXT_EMBEDDED_RUNNER_THREADS", default=4),
     "FAN_OUT_MAX_CONCURRENT_ITEMS": env.int("VNEXT_FAN_OUT_MAX_CONCURRENT_ITEMS", default=64),
+    "FUNCTION_CACHE_SECONDS": env.float("VNEXT_FUNCTION_CACHE_SECONDS", default=60.0),
 }
+
+# Django's cache: the built-in function answers, the callers' grants and tokens. In-process by
+# default; a shared one (`CACHE_URL=redis://127.0.0.1:6379/2`) serves every server process.
+CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
 
 LOGGING = {
     "version": 1,

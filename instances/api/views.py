@@ -48,6 +48,7 @@ from instances.selectors import (
     active_incidents,
     data_at_version,
     data_function,
+    function_cached,
     incident_body,
     incident_page,
     instance_by_id,
@@ -665,19 +666,43 @@ class InstanceFunctionView(ApiView):
                 past = data_at_version(snapshot, version)
                 shown = shown_attributes(definition, past, roles) if past is not None else None
                 return Response(data_function(snapshot, shown) | {"data": shown})
-            shown = shown_attributes(definition, snapshot, roles)
-            etag = snapshot.entity_etag
-            if shown is not snapshot.data:
-                # What this caller sees differs from the stored data: so does its tag.
-                digest = hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode())
-                etag = f"{etag}-{digest.hexdigest()[:16]}"
+
+            def shown_data() -> tuple[Any, str]:
+                shown = shown_attributes(definition, snapshot, roles)
+                etag = snapshot.entity_etag
+                if shown is not snapshot.data:
+                    # What this caller sees differs from the stored data: so does its tag.
+                    text = json.dumps(shown, sort_keys=True, default=str).encode()
+                    etag = f"{etag}-{hashlib.sha256(text).hexdigest()[:16]}"
+                return shown, etag
+
+            shown, etag = function_cached(definition, snapshot, "data", roles, (), shown_data)
             if _not_modified(request, etag):
                 return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
             return _etag(Response(data_function(snapshot, shown, etag=etag)), etag)
         if function == "view":
-            return Response(view_function(definition, snapshot, transition_key))
+            variant = (transition_key, request.query_params.get("platform"))
+            return Response(
+                function_cached(
+                    definition,
+                    snapshot,
+                    "view",
+                    roles,
+                    variant,
+                    lambda: view_function(definition, snapshot, transition_key),
+                )
+            )
         if function == "schema":
-            return Response(schema_function(definition, snapshot, transition_key))
+            return Response(
+                function_cached(
+                    definition,
+                    snapshot,
+                    "schema",
+                    roles,
+                    (transition_key,),
+                    lambda: schema_function(definition, snapshot, transition_key),
+                )
+            )
         raise VNextError(Codes.APP_NOT_FOUND, f"unknown function {function!r}")
 
     def _state(

@@ -296,12 +296,6 @@ USES = [
         ["/attributes/states/1/transitions/1/triggerType"],
     ),
     Use(
-        _row("built-in function cache"),
-        "a TTL",
-        setting("attributes", "config", value={"functionCache": {"ttlSeconds": 120}}),
-        ["/attributes/config/functionCache"],
-    ),
-    Use(
         _row("extension"),
         "view extensions",
         setting(*REVIEW_PATH, "view", "extensions", value=["customer-detail"]),

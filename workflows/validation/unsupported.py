@@ -191,15 +191,6 @@ def _event_transitions(document: dict[str, Any], resolver: Resolver) -> Iterator
             yield (*path, "triggerType")
 
 
-def _function_cache(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """`config.functionCache.ttlSeconds` > 0. The schema says a null or non-positive TTL (and so
-    `config: null`, `functionCache: null` or `{}`) falls back to the host default: no tuning."""
-    cache = _object(_object(_attributes(document).get("config")).get("functionCache"))
-    ttl = cache.get("ttlSeconds")
-    if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0:
-        yield ("attributes", "config", "functionCache")
-
-
 def _extensions(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
     """An extension component; a workflow's `extensions`/`features` references; the extension
     names a view definition asks for (`view.extensions`, also in `rules[]` and `default`).
@@ -412,13 +403,6 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         f"transitions: {TRANSITIONS}",
         find=_event_transitions,
         built_by="event delivery: POST .../instances/events?action=transition (API.md 2)",
-    ),
-    UnsupportedFeature(
-        feature="built-in function cache (config.functionCache)",
-        kinds=frozenset({WORKFLOW}),
-        where="/attributes/config/functionCache",
-        find=_function_cache,
-        built_by="built-in function response cache (seed 001 'Config (Built-in Function Cache)')",
     ),
     UnsupportedFeature(
         feature="extension",
