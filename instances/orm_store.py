@@ -382,13 +382,29 @@ class OrmStore:
             dialect().upsert_transitions(instance_id, rows)
         if data_changed:
             last = rows[-1].id if rows else None
-            InstanceDataVersion.objects.create(
-                instance_id=instance_id,
-                transition_id=last,
-                version=committed.data_version_text,
-                patch=writes.data_patch or {},
-                data=committed.data,
-            )
+            same = None
+            if writes.version_strategy == "None":
+                # The data changed without a new version: that version's row takes the change
+                # (a second row with the same version would make `?version=` ambiguous).
+                same = (
+                    InstanceDataVersion.objects.filter(
+                        instance_id=instance_id, version=committed.data_version_text
+                    )
+                    .order_by("-created_at")
+                    .first()
+                )
+            if same is not None:
+                same.patch = deep_merge(same.patch or {}, writes.data_patch or {})
+                same.data, same.transition_id = committed.data, last or same.transition_id
+                same.save(update_fields=["patch", "data", "transition"])
+            else:
+                InstanceDataVersion.objects.create(
+                    instance_id=instance_id,
+                    transition_id=last,
+                    version=committed.data_version_text,
+                    patch=writes.data_patch or {},
+                    data=committed.data,
+                )
         if writes.tasks:
             InstanceTask.objects.bulk_create(
                 InstanceTask(instance_id=instance_id, **vars(row)) for row in writes.tasks
@@ -686,12 +702,27 @@ class PostgresSql(PortableSql):
             parts.append(self._task_rows(writes.tasks, params))
         if writes.data_patch:
             params["version_transition"] = rows[-1].id if rows else None
+            version = "data_version_major || '.' || data_version_minor || '.' || data_version_patch"
+            missing = ""
+            if writes.version_strategy == "None":
+                # No new version: that version's newest row takes the change; a row is added
+                # only when the version has none yet.
+                parts.append(
+                    "same_version AS (UPDATE instances_instancedataversion v SET data = u.data, "
+                    "patch = vnext_jsonb_merge(v.patch, %(patch)s::jsonb), transition_id = "
+                    "COALESCE(%(version_transition)s::uuid, v.transition_id) FROM updated u "
+                    "WHERE u.entity_etag = %(entity_etag)s AND v.id = (SELECT d.id FROM "
+                    "instances_instancedataversion d WHERE d.instance_id = u.id AND d.version = "
+                    "u.data_version_major || '.' || u.data_version_minor || '.' || "
+                    "u.data_version_patch ORDER BY d.created_at DESC LIMIT 1) "
+                    "RETURNING v.id)"
+                )
+                missing = " AND NOT EXISTS (SELECT 1 FROM same_version)"
             parts.append(
                 "versions AS (INSERT INTO instances_instancedataversion "
                 "(instance_id, transition_id, version, patch, data, created_at) "
-                "SELECT id, %(version_transition)s::uuid, data_version_major || '.' || "
-                "data_version_minor || '.' || data_version_patch, %(patch)s::jsonb, data, "
-                "%(now)s FROM updated WHERE entity_etag = %(entity_etag)s)"
+                f"SELECT id, %(version_transition)s::uuid, {version}, %(patch)s::jsonb, data, "
+                f"%(now)s FROM updated WHERE entity_etag = %(entity_etag)s{missing})"
             )
         sql = f"WITH {', '.join(parts)} SELECT id, {_RETURNED} FROM updated"
         with connection.cursor() as cursor:

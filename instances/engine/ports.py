@@ -289,9 +289,16 @@ class InMemoryStore:
                     row.entity_etag = new_etag()
                     if guard.kind is not GuardKind.INSERT:  # a new instance starts at 1.0.0
                         row.data_version = bump_version(row.data_version, writes.version_strategy)
-                    self.data_versions.append(
-                        (row.id, row.data_version_text, copy.deepcopy(merged))
-                    )
+                    entry = (row.id, row.data_version_text, copy.deepcopy(merged))
+                    same = [
+                        i
+                        for i, (owner, version, _) in enumerate(self.data_versions)
+                        if owner == row.id and version == row.data_version_text
+                    ]
+                    if same and writes.version_strategy == "None":
+                        self.data_versions[same[-1]] = entry  # no new version: the same row
+                    else:
+                        self.data_versions.append(entry)
             if writes.bump_state_version:
                 row.state_version += 1
             row.etag = new_etag()

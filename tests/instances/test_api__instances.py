@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from instances.models import Instance, InstanceTransition
+from instances.models import Instance, InstanceDataVersion, InstanceTransition
 from tests.engine.builders import state, transition, workflow
 from tests.instances.workflows import ping_pong, publish
 
@@ -394,3 +394,31 @@ def test_the_data_function_answers_a_past_data_version_or_null(operator_client, 
     assert (never.status_code, never.json()["data"]) == (200, None)
     body = problem(operator_client.get(url, {"version": "1." * 40}), 400, "App:900002")
     assert [e["pointer"] for e in body["errors"]] == ["/version"]
+
+
+def test_a_none_version_strategy_changes_the_data_in_its_version_without_a_second_row(
+    operator_client,
+):
+    publish(
+        workflow(
+            [state("ready", 1, [transition("note", "ready", versionStrategy="None")])],
+            key="noted",
+        )
+    )
+    base = "/api/v1/core/workflows/noted/instances"
+    started = operator_client.post(
+        f"{base}/start?sync=true", {"attributes": {"n": 1}}, format="json"
+    )
+    instance_id = started.json()["id"]
+    version = Instance.objects.get(pk=instance_id).data_version
+
+    noted = operator_client.patch(
+        f"{base}/{instance_id}/transitions/note?sync=true", {"attributes": {"m": 2}}, format="json"
+    )
+
+    assert noted.status_code == 200
+    assert Instance.objects.get(pk=instance_id).data_version == version
+    rows = InstanceDataVersion.objects.filter(instance_id=instance_id)
+    assert [(row.version, row.data) for row in rows] == [(version, {"n": 1, "m": 2})]
+    at_version = operator_client.get(f"{base}/{instance_id}/functions/data", {"version": version})
+    assert at_version.json()["data"] == {"n": 1, "m": 2}
