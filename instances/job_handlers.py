@@ -35,7 +35,11 @@ from instances.engine.records import (
     InstanceSnapshot,
     subflow_owner,
 )
+from instances.engine.script_runner import response_data, script_context
+from instances.engine.scripts import ScriptResponse
 from instances.models import Correlation, InstanceTransition, Job
+from instances.notifications import Notification
+from instances.notifications import channel as notification_channel
 from instances.orm_store import FaultToRetry, OrmStore
 from instances.queue import (
     backoff,
@@ -531,6 +535,58 @@ def _handle_long_poll_fallback(job: Job) -> None:
     _execute(job, loaded, request, reserved=True)
 
 
+def _handle_notification(job: Job) -> None:
+    """A state's notification (seed 001): its rule (false: skipped, not sent), its mapping's
+    content, then the channel; a failed delivery raises and the job is retried with backoff."""
+    loaded = _load(job)
+    instance, definition = loaded.instance, loaded.definition
+    payload = job.payload or {}
+    state = definition.states.get(str(payload.get("state", "")))
+    entries = state.raw.get("notifications") if state is not None else None
+    index = payload.get("index")
+    if not isinstance(entries, list) or not isinstance(index, int) or index >= len(entries):
+        raise JobSkipped("the notification is no longer in the definition")
+    entry = entries[index] if isinstance(entries[index], dict) else {}
+    scripts = engine().scripts
+    transition = str(payload.get("transition", ""))
+    context = script_context(
+        instance,
+        transition_key=transition,
+        configuration=engine().config.script_configuration,
+    )
+    rule = entry.get("rule")
+    if (
+        isinstance(rule, dict)
+        and rule.get("code")
+        and not scripts.call(rule, definition, "handler", context)
+    ):
+        raise JobSkipped("its rule is false: not sent")
+    content: Any = None
+    headers: dict[str, str] = {}
+    mapping = entry.get("mapping")
+    if isinstance(mapping, dict) and mapping.get("code"):
+        handle = scripts.load(mapping, definition)
+        name = "output_handler" if handle.has("output_handler") else "handler"
+        returned = handle.call(name, context)
+        content = response_data(returned)
+        if isinstance(returned, ScriptResponse) and returned.headers:
+            headers = {str(k): str(v) for k, v in returned.headers.items()}
+    notification_channel().send(
+        Notification(
+            id=str(job.pk),
+            domain=instance.domain,
+            workflow=instance.workflow_key,
+            instance_id=str(instance.id),
+            instance_key=instance.key,
+            state=str(payload.get("state")),
+            transition=transition,
+            entered_at=str(payload.get("enteredAt", "")),
+            content=content,
+            headers=headers,
+        )
+    )
+
+
 HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.TRANSITION: _handle_transition,
     JobKind.TIMER: _handle_timer,
@@ -538,6 +594,7 @@ HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.SUBFLOW_RESUME: _handle_subflow_resume,
     JobKind.SUBFLOW_END: _handle_subflow_end,
     JobKind.LONG_POLL_FALLBACK: _handle_long_poll_fallback,
+    JobKind.NOTIFICATION: _handle_notification,
 }
 
 

@@ -109,6 +109,8 @@ class JobKind(TextChoices):
     SUBFLOW_END = "subflow-end", "Subflow end"  # the parent ended: the child is cancelled
     # A state paused for a long-poll acknowledgement goes on without it.
     LONG_POLL_FALLBACK = "longpoll-fallback", "Long-poll fallback"
+    # A state's notification, after the hop that entered the state committed.
+    NOTIFICATION = "notification", "State notification"
 
 
 class TransitionStatus(TextChoices):

@@ -29,6 +29,14 @@ DEFAULTS: dict[str, Any] = {
     # What the trigger task types (11 start, 12 direct trigger, 14 subprocess) start instances
     # and run transitions with: the instance services, in-process.
     "INSTANCE_WRITER": "instances.job_handlers.ServiceInstanceWriter",
+    # State notifications: the channel class, the webhook (URL, HMAC secret, timeout), or the
+    # Redis pub/sub channel. The secret defaults to one derived from SECRET_KEY.
+    "NOTIFICATION_CHANNEL": "instances.notifications.WebhookChannel",
+    "NOTIFICATION_WEBHOOK_URL": "",
+    "NOTIFICATION_SECRET": None,
+    "NOTIFICATION_TIMEOUT_SECONDS": 10.0,
+    "NOTIFICATION_REDIS_URL": "redis://127.0.0.1:6379/0",
+    "NOTIFICATION_REDIS_CHANNEL": "vnext-notifications",
     # How long the data, view and schema functions' answers are cached while their instance is
     # unchanged, unless the workflow sets `config.functionCache.ttlSeconds`; 0: not cached.
     "FUNCTION_CACHE_SECONDS": 60.0,
@@ -97,3 +105,12 @@ def vnext_setting(name: str) -> Any:
     if name not in DEFAULTS:
         raise KeyError(f"unknown VNEXT setting {name!r}")
     return getattr(settings, "VNEXT", {}).get(name, DEFAULTS[name])
+
+
+def notification_secret() -> str:
+    """The key webhook notifications are signed with: `VNEXT["NOTIFICATION_SECRET"]`, else one
+    derived from SECRET_KEY (stable per installation)."""
+    configured = vnext_setting("NOTIFICATION_SECRET")
+    if configured:
+        return str(configured)
+    return hashlib.sha256(f"vnext-notifications:{settings.SECRET_KEY}".encode()).hexdigest()

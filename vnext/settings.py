@@ -232,6 +232,18 @@ VNEXT = {
     "EMBEDDED_RUNNER_THREADS": env.int("VNEXT_EMBEDDED_RUNNER_THREADS", default=4),
     "FAN_OUT_MAX_CONCURRENT_ITEMS": env.int("VNEXT_FAN_OUT_MAX_CONCURRENT_ITEMS", default=64),
     "FUNCTION_CACHE_SECONDS": env.float("VNEXT_FUNCTION_CACHE_SECONDS", default=60.0),
+    "NOTIFICATION_CHANNEL": env.str(
+        "VNEXT_NOTIFICATION_CHANNEL", default="instances.notifications.WebhookChannel"
+    ),
+    "NOTIFICATION_WEBHOOK_URL": env.str("VNEXT_NOTIFICATION_WEBHOOK_URL", default=""),
+    "NOTIFICATION_SECRET": env.str("VNEXT_NOTIFICATION_SECRET", default="") or None,
+    "NOTIFICATION_TIMEOUT_SECONDS": env.float("VNEXT_NOTIFICATION_TIMEOUT_SECONDS", default=10.0),
+    "NOTIFICATION_REDIS_URL": env.str(
+        "VNEXT_NOTIFICATION_REDIS_URL", default="redis://127.0.0.1:6379/0"
+    ),
+    "NOTIFICATION_REDIS_CHANNEL": env.str(
+        "VNEXT_NOTIFICATION_REDIS_CHANNEL", default="vnext-notifications"
+    ),
 }
 
 # Django's cache: the built-in function answers, the callers' grants and tokens. In-process by

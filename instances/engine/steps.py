@@ -37,6 +37,7 @@ from instances.status import (
     STATE_TYPE_NAMES,
     CorrelationStatus,
     InstanceStatus,
+    JobKind,
     StateType,
     TransitionStatus,
     Trigger,
@@ -425,6 +426,23 @@ class OnEntryStep(Step):
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         state = execution.definition.state(hop.target_state)
         _run_tasks(execution, hop, state.on_entries, "onEntry")
+        # The state's notifications commit with the hop that entered it (after its onEntries
+        # succeeded): one job each, run once the hop is committed (seed 001).
+        entered = execution.engine.clock()
+        for index, entry in enumerate(state.raw.get("notifications") or []):
+            if isinstance(entry, dict):
+                execution.writes.jobs.append(
+                    JobRow(
+                        kind=JobKind.NOTIFICATION,
+                        run_at=entered,
+                        payload={
+                            "state": state.key,
+                            "index": index,
+                            "transition": hop.transition.key,
+                            "enteredAt": entered.isoformat(),
+                        },
+                    )
+                )
         return Outcome.proceed()
 
 

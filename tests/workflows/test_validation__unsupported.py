@@ -257,12 +257,6 @@ USES = [
         ["/attributes/errorBoundary/onTimeout", "/attributes/states/1/errorBoundary/onTimeout"],
     ),
     Use(
-        _row("state notification"),
-        "one notification",
-        setting(*REVIEW_PATH, "notifications", value=[{"type": 0, "mapping": script()}]),
-        ["/attributes/states/1/notifications"],
-    ),
-    Use(
         _row("start by event"),
         "workflow event",
         setting("attributes", "event", value=EVENT),
@@ -671,13 +665,14 @@ def test_publishing_a_use_is_400_with_the_pointer_and_without_it_200(
 
 def test_a_batch_reports_the_use_under_the_document_index(operator_client, registry):
     document = base_workflow("batch-probe")
-    setting(*REVIEW_PATH, "notifications", value=[{"type": 0, "mapping": script()}])(document)
+    setting("attributes", "errorBoundary", value={"onTimeout": {"action": 0}})(document)
     response = operator_client.post(PUBLISH, [base_workflow("batch-ok"), document], format="json")
     assert response.status_code == 400
     assert response.json()["errors"] == [
         {
-            "pointer": "/1/attributes/states/1/notifications",
-            "message": "state notification is not supported by this version",
+            "pointer": "/1/attributes/errorBoundary/onTimeout",
+            "message": "error boundary timeout policy (errorBoundary.onTimeout) is not supported "
+            "by this version",
         }
     ]
 

@@ -382,14 +382,6 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         "already match `Task:Http:Timeout` and `Script:Timeout`)",
     ),
     UnsupportedFeature(
-        feature="state notification",
-        kinds=frozenset({WORKFLOW}),
-        where=f"{STATES}/notifications",
-        find=_state_list("notifications"),
-        built_by="state notifications: durable notification jobs after the pipeline "
-        "(seed 001 'State Notifications')",
-    ),
-    UnsupportedFeature(
         feature="start by event (attributes.event)",
         kinds=frozenset({WORKFLOW}),
         where="/attributes/event",
