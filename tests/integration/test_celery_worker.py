@@ -145,7 +145,11 @@ def test_async_start_and_transition_reach_their_states(operator_client, worker):
     wait_for(lambda: instance(instance_id).current_state == "pong", what="the async transition")
     row = instance(instance_id)
     assert (row.status, row.data, row.busy_owner) == ("A", {"n": 2}, "")
-    assert set(Job.objects.values_list("status", flat=True)) == {"succeeded"}
+    # A job records its success just after the pipeline's commit that the waits above saw.
+    wait_for(
+        lambda: set(Job.objects.values_list("status", flat=True)) == {"succeeded"},
+        what="every job to record its success",
+    )
 
 
 def test_a_timer_fires_at_its_eta(operator_client, worker):
