@@ -19,7 +19,7 @@ from instances.services import RequestInfo, instance_start
 
 WORKFLOW = FUZZ_WORKFLOW
 MIN_CASES = 5000
-# 18 operations x 2 modes x (random, real) paths = about 70 runs.
+# 19 operations x 2 modes x (random, real) paths = about 76 runs.
 EXAMPLES_PER_RUN = 80
 
 

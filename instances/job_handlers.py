@@ -289,7 +289,7 @@ def _handle_transition(job: Job) -> None:
     row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
     request = TransitionRequest(
         transition=transition,
-        trigger=Trigger.MANUAL,
+        trigger=Trigger.EVENT if payload.get("trigger") == Trigger.EVENT else Trigger.MANUAL,
         attributes=payload.get("attributes"),
         body=payload.get("body"),
         headers=payload.get("headers") or {},

@@ -597,18 +597,23 @@ def instance_transition_accept(
     body: Any,
     info: RequestInfo,
     addressed: InstanceSnapshot | None = None,
+    trigger: Trigger = Trigger.MANUAL,
 ) -> InstanceOutcome:
     """`sync=false` transition: admission now (409 when Busy), the pipeline in a job.
 
     The admission CAS and the job row commit together; cancel/exit take Busy over, updateData
-    takes no lock at all."""
+    takes no lock at all. `trigger=Trigger.EVENT` delivers an event to an event transition."""
     if addressed is None:
         addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
-    instance, _, transition, payload = _admissible(addressed, transition_key, body, info)
+    instance, _, transition, payload = _admissible(
+        addressed, transition_key, body, info, trigger=trigger
+    )
     reservation = f"res:{uuid.uuid4().hex}"
     job_payload = _job_payload(
         transition, payload, body, info, fromState=instance.current_state, reservation=reservation
     )
+    if trigger == Trigger.EVENT:
+        job_payload["trigger"] = int(Trigger.EVENT)
     forwarded = instance.id != addressed.id
     if forwarded:
         # Chain reserve (seed 000): the ancestors are Busy for their correlations already; the
@@ -641,7 +646,12 @@ def instance_transition_accept(
 
 
 def _admissible(
-    addressed: InstanceSnapshot, transition_key: str, body: Any, info: RequestInfo
+    addressed: InstanceSnapshot,
+    transition_key: str,
+    body: Any,
+    info: RequestInfo,
+    *,
+    trigger: Trigger = Trigger.MANUAL,
 ) -> tuple[InstanceSnapshot, WorkflowDefinition, TransitionDef, Payload]:
     """The instance the transition runs on (the addressed one, or its active subflow leaf when
     it is forwarded), its definition, the client transition and the checked payload, or the
@@ -656,7 +666,7 @@ def _admissible(
         addressed.domain, addressed.workflow_key, addressed.workflow_version
     )
     instance, definition = _forwarded(addressed, definition, transition_key)
-    transition = _client_transition(definition, instance, transition_key)
+    transition = _client_transition(definition, instance, transition_key, trigger)
     _check_transition_roles(definition, transition, instance.current_state, instance, info)
     return instance, definition, transition, _checked_payload(definition, transition, body, info)
 
@@ -704,7 +714,10 @@ def _forwarded(
 
 
 def _client_transition(
-    definition: WorkflowDefinition, instance: InstanceSnapshot, key: str
+    definition: WorkflowDefinition,
+    instance: InstanceSnapshot,
+    key: str,
+    trigger: Trigger = Trigger.MANUAL,
 ) -> TransitionDef:
     transition = definition.transition_for(instance.current_state, key)
     if transition is None:
@@ -719,6 +732,17 @@ def _client_transition(
             f"transition {key!r} is not available in state {instance.current_state!r}",
             instance_id=str(instance.id),
         )
+    if trigger == Trigger.EVENT:
+        # An event fires a triggerType 3 transition, or a manual one that also has an `event`.
+        if transition.trigger_type != Trigger.EVENT and not isinstance(
+            transition.raw.get("event"), dict
+        ):
+            raise VNextError(
+                Codes.NOT_AN_EVENT_TRANSITION,
+                f"transition {key!r} is not an event transition (triggerType 3)",
+                instance_id=str(instance.id),
+            )
+        return transition
     if transition.trigger_type == Trigger.EVENT:
         raise VNextError(
             Codes.NOT_AN_EVENT_TRANSITION,

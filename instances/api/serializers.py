@@ -253,3 +253,12 @@ class AuthorizeSerializer(serializers.Serializer):
     """The decision (also the body of the 403)."""
 
     allowed = serializers.BooleanField()
+
+
+class EventOutcomeSerializer(serializers.Serializer):
+    """What an event did (its work is accepted as jobs)."""
+
+    eventId = serializers.CharField(help_text="the CloudEvent id, ce-id / x-event-id, or a hash")
+    matched = serializers.IntegerField(help_text="instances started or moved")
+    instances = serializers.ListField(child=serializers.UUIDField())
+    duplicate = serializers.BooleanField(help_text="seen before: nothing changed")

@@ -9,6 +9,7 @@ ONE = f"{PREFIX}/<str:instance>"
 
 urlpatterns = [
     path(f"{PREFIX}/start", views.InstanceStartView.as_view(), name="instance-start"),
+    path(f"{PREFIX}/events", views.InstanceEventView.as_view(), name="instance-events"),
     path(PREFIX, views.InstanceListView.as_view(), name="instance-list"),
     path(ONE, views.InstanceDetailView.as_view(), name="instance-detail"),
     path(

@@ -22,6 +22,7 @@ from instances.api.serializers import (
     AuthorizeSerializer,
     DataFunctionSerializer,
     EnvelopeSerializer,
+    EventOutcomeSerializer,
     HistorySerializer,
     IncidentPageSerializer,
     IncidentSerializer,
@@ -40,6 +41,7 @@ from instances.engine.outcomes import PipelineFault
 from instances.engine.records import LONG_POLL_OWNER_PREFIX, InstanceSnapshot
 from instances.engine.roles import Caller, allowed
 from instances.engine.visibility import accepted_languages, readable
+from instances.events import event_deliver
 from instances.filters import parse_page
 from instances.job_handlers import instance_settle, relays_run
 from instances.selectors import (
@@ -85,7 +87,7 @@ from instances.status import InstanceStatus
 from vnext.conf import vnext_setting
 from vnext.openapi import ACCEPT_LANGUAGE, IF_NONE_MATCH, PAYLOAD_MODE, SYNC, responses
 from vnext.views import ApiView
-from workflows.access import Right, caller_of
+from workflows.access import Right, caller_of, has_right
 
 NOT_MODIFIED = OpenApiResponse(description="Nothing changed since the eTag sent")
 WORKFLOW_PATH = [
@@ -946,3 +948,47 @@ class SubflowForwardView(ApiView):
             ),
             accepted=False,
         )
+
+
+class InstanceEventView(ApiView):
+    """Deliver an event: start an instance, or run an event transition (seed 001)."""
+
+    required_right = Right.DRIVE
+
+    @extend_schema(
+        operation_id="instance_event_deliver",
+        tags=["instances"],
+        request=OpenApiTypes.OBJECT,
+        parameters=[
+            *WORKFLOW_PATH,
+            OpenApiParameter(
+                "action", {"type": "string", "enum": ["start", "transition"]}, required=True
+            ),
+            OpenApiParameter(
+                "transitionKey",
+                {"type": "string", "minLength": 1},
+                description="the event transition; required with action=transition",
+            ),
+        ],
+        responses=responses({200: EventOutcomeSerializer}, 404, 422, body=True),
+        summary="Deliver an event (start, or an event transition)",
+    )
+    def post(self, request: Request, domain: str, workflow: str) -> Response:
+        """200 `{eventId, matched, instances, duplicate}` — also when no instance matches (0)
+        and for an event id seen before (`duplicate`, nothing changes). The work is accepted as
+        jobs. 400 `NotAnEventTransition` for a transition without `triggerType: 3`."""
+        action = request.query_params.get("action") or ""
+        if action == "start" and not has_right(request.user, Right.START, domain, workflow):
+            raise VNextError(
+                Codes.AUTHORIZATION_DENIED, "you have no grant to start instances of this workflow"
+            )
+        outcome = event_deliver(
+            domain=domain,
+            workflow=workflow,
+            action=action,
+            transition_key=request.query_params.get("transitionKey") or None,
+            body=request.data,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            info=_info(request),
+        )
+        return Response(outcome.as_dict())

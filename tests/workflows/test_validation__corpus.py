@@ -47,11 +47,6 @@ UNSUPPORTED_USES: dict[str, set[str]] = {
     },
     # A declared domain function (til-cached-echo).
     "Workflows/display-labels-lab/display-labels-lab.json": {"custom function"},
-    # A workflow-level event (start by event) and a triggerType 3 event transition.
-    "Workflows/event-driven-lab/event-driven-lab.json": {
-        "start by event (attributes.event)",
-        "event transition",
-    },
     # A declared instance function (role-matrix-summary).
     "Workflows/role-matrix-lab/role-matrix-lab.json": {"custom function"},
 }

@@ -257,39 +257,6 @@ USES = [
         ["/attributes/errorBoundary/onTimeout", "/attributes/states/1/errorBoundary/onTimeout"],
     ),
     Use(
-        _row("start by event"),
-        "workflow event",
-        setting("attributes", "event", value=EVENT),
-        ["/attributes/event"],
-    ),
-    Use(
-        _row("event transition"),
-        "state transition with triggerType 3",
-        lambda d: states(d)[REVIEW]["transitions"].append(
-            transition("approve-by-event", "done", triggerType=3, event=copy.deepcopy(EVENT))
-        ),
-        ["/attributes/states/1/transitions/1/event"],
-    ),
-    Use(
-        _row("event transition"),
-        "shared transitions: triggerType 3, and a manual one an event may also fire",
-        each(
-            setting("attributes", "sharedTransitions", 0, "event", value=EVENT),
-            lambda d: d["attributes"]["sharedTransitions"].append(
-                transition("nudge", "$self", triggerType=3, event=copy.deepcopy(EVENT))
-            ),
-        ),
-        ["/attributes/sharedTransitions/0/event", "/attributes/sharedTransitions/1/event"],
-    ),
-    Use(
-        _row("event transition"),
-        "triggerType 3 without an event is reported at its trigger",
-        lambda d: states(d)[REVIEW]["transitions"].append(
-            transition("approve-by-event", "done", triggerType=3)
-        ),
-        ["/attributes/states/1/transitions/1/triggerType"],
-    ),
-    Use(
         _row("extension"),
         "view extensions",
         setting(*REVIEW_PATH, "view", "extensions", value=["customer-detail"]),

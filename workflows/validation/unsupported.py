@@ -382,21 +382,6 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         "already match `Task:Http:Timeout` and `Script:Timeout`)",
     ),
     UnsupportedFeature(
-        feature="start by event (attributes.event)",
-        kinds=frozenset({WORKFLOW}),
-        where="/attributes/event",
-        find=_workflow_object("event"),
-        built_by="event delivery: POST .../instances/events?action=start (API.md 2)",
-    ),
-    UnsupportedFeature(
-        feature="event transition",
-        kinds=frozenset({WORKFLOW}),
-        where=f"{{transition}}/event, or {{transition}}/triggerType (3) without an event; "
-        f"transitions: {TRANSITIONS}",
-        find=_event_transitions,
-        built_by="event delivery: POST .../instances/events?action=transition (API.md 2)",
-    ),
-    UnsupportedFeature(
         feature="extension",
         kinds=frozenset({WORKFLOW, EXTENSION}),
         where=(
