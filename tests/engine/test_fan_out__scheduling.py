@@ -119,10 +119,10 @@ def test_an_item_past_its_own_limit_is_item_timeout_and_the_rest_go_on():
 
 
 def test_a_batch_past_its_limit_cuts_running_and_queued_items_as_batch_timeout():
-    probe = Probe(default=0.3)
+    probe = Probe(default=1.0, seconds={0: 0.05})
 
     result = run_batch(
-        items(4), config(max_parallel=1, item_timeout=5, batch_timeout=0.45), Bulkhead(8), probe
+        items(4), config(max_parallel=1, item_timeout=5, batch_timeout=0.5), Bulkhead(8), probe
     )
 
     assert codes(result) == [

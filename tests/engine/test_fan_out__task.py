@@ -243,7 +243,16 @@ def test_a_nested_fan_out_is_refused_before_any_item_runs():
 
 
 def test_a_failed_join_faults_and_says_how_many_succeeded():
-    h = harness(fan_task(itemsPath="$.items", join={"policy": "all"}), ITEM_MAPPING)
+    # One slot: the first item ends before the second fails (with more, the failure's early
+    # stop may cancel the first while it runs: 0 of 2).
+    h = harness(
+        fan_task(
+            itemsPath="$.items",
+            join={"policy": "all"},
+            execution={"maxDegreeOfParallelism": 1},
+        ),
+        ITEM_MAPPING,
+    )
 
     _, instance = run(h, {"items": [{"n": 1}, {"n": 2, "boom": True}]})
 
