@@ -68,7 +68,12 @@ class DefinitionPublishView(ApiView):
     @extend_schema(
         operation_id="definition_publish",
         tags=["definitions"],
-        request=ComponentDocumentSerializer,
+        request=PolymorphicProxySerializer(
+            component_name="PublishRequest",
+            serializers=[ComponentDocumentSerializer(), ComponentDocumentSerializer(many=True)],
+            resource_type_field_name=None,
+            many=False,
+        ),
         responses=responses(
             {
                 200: PolymorphicProxySerializer(
