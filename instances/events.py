@@ -200,9 +200,7 @@ def _mapped(
         configuration=engine().config.script_configuration,
     )
     try:
-        handle = engine().scripts.load(mapping, definition)
-        name = "handler" if handle.has("handler") else "input_handler"
-        returned = handle.call(name, context)
+        returned = engine().scripts.call(mapping, definition, "handler", context)
     except ScriptError as exc:
         raise VNextError(Codes.SCRIPT_FAILED, f"the event mapping failed: {exc}") from exc
     if isinstance(returned, ScriptResponse):

@@ -75,8 +75,8 @@ def script(source: str) -> dict[str, str]:
     return {"location": "./src/Test.py", "code": source, "encoding": "NAT"}
 
 
-def script_task(key: str = "script-task") -> dict[str, Any]:
-    """A type-7 task component."""
+def task_component(key: str, task_type: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A task component of `task_type` with `config`."""
     return {
         "key": key,
         "domain": "core",
@@ -84,8 +84,13 @@ def script_task(key: str = "script-task") -> dict[str, Any]:
         "flow": "sys-tasks",
         "flowVersion": "1.0.0",
         "tags": ["test"],
-        "attributes": {"type": "7", "config": {}},
+        "attributes": {"type": task_type, "config": config},
     }
+
+
+def script_task(key: str = "script-task") -> dict[str, Any]:
+    """A type-7 task component."""
+    return task_component(key, "7", {})
 
 
 def task_ref(

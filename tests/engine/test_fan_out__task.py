@@ -11,21 +11,10 @@ import pytest
 
 from instances.engine.outcomes import PipelineFault
 from tests.engine.builders import Harness, script, state, transition, workflow
+from tests.engine.builders import task_component as task
 
 INNER = {"key": "inner-script", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
 FAN = {"key": "fan", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
-
-
-def task(key: str, task_type: str, config: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "key": key,
-        "domain": "core",
-        "version": "1.0.0",
-        "flow": "sys-tasks",
-        "flowVersion": "1.0.0",
-        "tags": ["test"],
-        "attributes": {"type": task_type, "config": config},
-    }
 
 
 def fan_task(**config: Any) -> dict[str, Any]:

@@ -76,10 +76,12 @@ def test_no_periodic_task_pages_without_a_broker(admin_client):
     assert admin_client.get("/admin/django_celery_beat/periodictask/").status_code == 404
 
 
-def test_a_viewer_sees_the_dashboard_and_no_action(client):
+def test_a_viewer_sees_the_dashboard_and_no_operator_action_on_the_list(client):
     client.force_login(viewer())
     home = client.get(reverse("admin:index"))
+    listing = client.get(reverse("admin:instances_instance_changelist"))
     assert 'id="vnext-dashboard"' in home.content.decode()
+    assert 'name="action"' not in listing.content.decode()
 
 
 def test_a_job_shows_its_payload_indented_and_the_list_a_short_error(admin_client):

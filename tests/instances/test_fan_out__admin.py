@@ -7,7 +7,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from tests.instances.test_fan_out__concurrency import ECHO_MAPPING, INNER, fan_flow, go, start, task
+from tests.engine.builders import task_component as task
+from tests.instances.test_fan_out__concurrency import ECHO_MAPPING, INNER, fan_flow, go, start
 from tests.instances.workflows import publish
 
 pytestmark = pytest.mark.django_db

@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 from instances.models import Correlation, Instance, InstanceDataVersion, InstanceTask
 from instances.wiring import engine
 from tests.engine.builders import script, state, transition, workflow
+from tests.engine.builders import task_component as task
 from tests.instances.fan_out_stub import FanOutStub, fan_out_stub
 from tests.instances.workflows import http_task, publish
 
@@ -29,18 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = "/api/v1/core/workflows/{}/instances"
 INNER = {"key": "inner", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
 FAN = {"key": "fan", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
-
-
-def task(key: str, task_type: str, config: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "key": key,
-        "domain": "core",
-        "version": "1.0.0",
-        "flow": "sys-tasks",
-        "flowVersion": "1.0.0",
-        "tags": ["test"],
-        "attributes": {"type": task_type, "config": config},
-    }
 
 
 def fan_flow(key: str = "fan-flow", mapping: str | None = None) -> dict[str, Any]:

@@ -510,6 +510,30 @@ MUTATIONS = [
         r"must define item_input_handler\(\)",
     ),
     Mutation(
+        "executionType on an automatic transition (no client request to shape)",
+        SCHEDULE,
+        set_field((*AUTO_ADVANCE, "executionType"), "S"),
+        pointer((*AUTO_ADVANCE, "executionType")),
+        "only a manual transition",
+    ),
+    Mutation(
+        "fan-out item rule naming a transition (an item has none to divert to)",
+        FAN_OUT_RETRY,
+        set_field(("attributes", "config", "errorBoundary", "onError", 0, "transition"), "x"),
+        "/attributes/config/errorBoundary/onError/0",
+        "unknown field\\(s\\) 'transition'",
+    ),
+    Mutation(
+        "start event mapping without handler()",
+        EVENTS,
+        set_field(
+            ("attributes", "event", "mapping", "code"),
+            "def input_handler(task, context):\n    return ScriptResponse()\n",
+        ),
+        "/attributes/event/mapping/code",
+        r"must define handler\(\)",
+    ),
+    Mutation(
         "rollback to a transition the workflow does not have",
         EB_LAB,
         set_field((*task_rule(1), "transition"), "nowhere"),

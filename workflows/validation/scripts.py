@@ -119,6 +119,12 @@ def _expected_handlers(site: ScriptSite, resolver: Resolver, document: Any) -> t
     last = site.path[-1] if site.path else None
     if last in ("rule", "timer", "keyExpression"):
         return ("handler",)
+    if len(site.path) >= 2 and site.path[-2] == "event":
+        return ("handler",)  # an event mapping (instances/events.py calls `handler`)
+    if site.path[:2] == ("attributes", "output") or (
+        len(site.path) >= 3 and site.path[-3] == "notifications"
+    ):
+        return ("handler", "output_handler")  # output mapping, notification mapping
     if site.is_task_mapping:
         if _fan_out_config(site, resolver, document) is not None:
             return ("item_input_handler",)

@@ -244,6 +244,12 @@ def _trigger_violations(
             message = f"triggerType must be 0, 1, 2 or 3, got {trigger}"
         yield Violation(json_pointer(*path, "triggerType"), message)
         return
+    if "executionType" in transition and trigger != MANUAL:
+        yield Violation(
+            json_pointer(*path, "executionType"),
+            "executionType chooses how a client's request runs: only a manual transition "
+            f"(triggerType 0) takes it, not triggerType {trigger}",
+        )
     if (
         trigger == AUTOMATIC
         and transition.get("triggerKind") != DEFAULT_AUTO

@@ -110,7 +110,6 @@ FAN_OUT_ITEM_RULE_SCHEMA: dict[str, Any] = {
         "errorTypes": {"type": "array", "items": {"type": "string"}},
         "priority": {"type": "integer"},
         "logOnly": {"type": "boolean"},
-        "transition": {"type": "string"},
         "retryPolicy": {
             "type": "object",
             "properties": {
