@@ -78,6 +78,26 @@ PAYLOAD_MODE = OpenApiParameter(
     enum=["raw", "standard"],
     description="Read the body as the standard envelope or as free data (API.md 1)",
 )
+# A form body (start, transition, retry): flat fields whose bracket paths spell the JSON object
+# (`attributes[customer][id]=7`, `tags[]=a`); values are strings.
+FORM_BODY: dict[str, Any] = {
+    "type": "object",
+    "description": "application/x-www-form-urlencoded: each field name is a bracket path "
+    "(`attributes[customer][id]`, `tags[]`, `items[0][name]`) into the JSON body it stands for; "
+    "values are strings. A field that is both a value and an object, or array indices with "
+    "gaps, is a 400 at the field's pointer.",
+    "propertyNames": {"pattern": r"^[^\[\]]+(\[[^\[\]]*\])*$"},
+    "additionalProperties": {
+        "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+    },
+}
+
+
+def with_form(serializer: Any) -> dict[str, Any]:
+    """A request body documented as JSON (`serializer`) or as a bracket-path form."""
+    return {"application/json": serializer, "application/x-www-form-urlencoded": FORM_BODY}
+
+
 IF_NONE_MATCH = OpenApiParameter(
     "If-None-Match",
     str,

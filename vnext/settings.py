@@ -153,7 +153,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous")
 
 REST_FRAMEWORK = {
-    # JSON only: form bodies (API.md 1, bracket paths) are not read yet and answer 415.
+    # JSON; start/transition/retry also read forms with bracket paths (instances.api.views).
     "DEFAULT_PARSER_CLASSES": ["vnext.parsers.JsonParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous API call then gets 401 with `WWW-Authenticate: Token`.

@@ -85,7 +85,15 @@ from instances.services import (
 )
 from instances.status import InstanceStatus
 from vnext.conf import vnext_setting
-from vnext.openapi import ACCEPT_LANGUAGE, IF_NONE_MATCH, PAYLOAD_MODE, SYNC, responses
+from vnext.openapi import (
+    ACCEPT_LANGUAGE,
+    IF_NONE_MATCH,
+    PAYLOAD_MODE,
+    SYNC,
+    responses,
+    with_form,
+)
+from vnext.parsers import BracketFormParser, JsonParser
 from vnext.views import ApiView
 from workflows.access import Right, caller_of, has_right
 
@@ -308,15 +316,20 @@ def _faulted(
     return _sync_answer(instance, body, shaped_by)
 
 
+# Start, transition and retry bodies: JSON, or a form with bracket paths (API.md section 1).
+PAYLOAD_PARSERS = [JsonParser, BracketFormParser]
+
+
 class InstanceStartView(ApiView):
     """Start an instance of a workflow."""
 
+    parser_classes = PAYLOAD_PARSERS
     required_right = Right.START
 
     @extend_schema(
         operation_id="instance_start",
         tags=["instances"],
-        request=StartBodySerializer,
+        request=with_form(StartBodySerializer),
         parameters=[
             *WORKFLOW_PATH,
             SYNC,
@@ -357,12 +370,13 @@ class InstanceStartView(ApiView):
 class InstanceTransitionView(ApiView):
     """Fire a transition on an instance."""
 
+    parser_classes = PAYLOAD_PARSERS
     required_right = Right.DRIVE
 
     @extend_schema(
         operation_id="instance_transition_run",
         tags=["instances"],
-        request=TransitionBodySerializer,
+        request=with_form(TransitionBodySerializer),
         parameters=[*INSTANCE_PATH, TRANSITION_PATH, SYNC, PAYLOAD_MODE],
         responses=responses(
             {200: EnvelopeSerializer, 202: AcceptedSerializer}, 409, 422, body=True
@@ -403,12 +417,13 @@ class InstanceTransitionView(ApiView):
 class InstanceRetryView(ApiView):
     """Retry a Faulted instance."""
 
+    parser_classes = PAYLOAD_PARSERS
     required_right = Right.DRIVE
 
     @extend_schema(
         operation_id="instance_retry",
         tags=["instances"],
-        request=RetryBodySerializer,
+        request=with_form(RetryBodySerializer),
         parameters=[*INSTANCE_PATH, SYNC],
         responses=responses(
             {200: EnvelopeSerializer, 202: AcceptedSerializer}, 409, 422, body=True
