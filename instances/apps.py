@@ -4,7 +4,9 @@ from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
 from instances.engine.script_pool import configure_pool
+from instances.field_encryption import key_problem
 from vnext.conf import script_pool_settings, vnext_setting
+from vnext.observability import configure_tracing
 
 
 class InstancesConfig(AppConfig):
@@ -15,8 +17,9 @@ class InstancesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Check the settings a process cannot run with, and configure the script worker pool
-        (started on first use, or by `vnext_run` and the Celery worker at start-up)."""
+        """Check the settings a process cannot run with (fan-out limit, encryption keys), and
+        configure the script worker pool (started on first use, or by `vnext_run` and the
+        Celery worker at start-up)."""
         limit = vnext_setting("FAN_OUT_MAX_CONCURRENT_ITEMS")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             # A limit of 0 would stall every fan-out batch at its first item: refuse to boot.
@@ -24,4 +27,10 @@ class InstancesConfig(AppConfig):
                 f"VNEXT['FAN_OUT_MAX_CONCURRENT_ITEMS'] (VNEXT_FAN_OUT_MAX_CONCURRENT_ITEMS) "
                 f"must be an integer >= 1, not {limit!r}"
             )
+        problem = key_problem(vnext_setting("ENCRYPTION_KEYS"))
+        if problem is not None:
+            # A malformed key would fail the first write of an encrypted field: refuse to boot.
+            raise ImproperlyConfigured(problem)
         configure_pool(script_pool_settings())
+        # Trace spans leave the process only when an OTLP endpoint is configured.
+        configure_tracing()

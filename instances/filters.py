@@ -129,8 +129,10 @@ _COLUMNS: dict[str, _Column] = {
 }
 
 
-def _resolve_column(name: str) -> _Column:
-    """The column a public name (`createdAt`, `attributes.a.b`) stands for."""
+def _resolve_column(name: str, sealed: frozenset[tuple[str, ...]] = frozenset()) -> _Column:
+    """The column a public name (`createdAt`, `attributes.a.b`) stands for. `sealed`: the data
+    paths encrypted at rest (cipher text a comparison could only get wrong) and those the caller
+    may not read as stored (a comparison would reveal them)."""
     if name in _COLUMNS:
         return _COLUMNS[name]
     if name.startswith(ATTRIBUTES_PREFIX):
@@ -142,6 +144,13 @@ def _resolve_column(name: str) -> _Column:
                 f"Column {name!r}: attribute path segment {bad[0]!r} must match "
                 f"{_PATH_SEGMENT.pattern}.",
             )
+        if any(path[: len(secret)] == secret for secret in sealed):
+            raise VNextError(
+                Codes.FILTER_INVALID_COLUMN,
+                f"Column {name!r} is encrypted at rest, or hidden, masked or hashed for your "
+                "roles (master schema x-encryption / x-roles / x-masking): it cannot be "
+                "filtered or sorted.",
+            )
         return _Column(name, _ColumnKind.JSON, path=path, nullable=True)
     known = ", ".join([*_COLUMNS, "attributes.<path>"])
     raise VNextError(Codes.FILTER_INVALID_COLUMN, f"Unknown column {name!r}; known: {known}.")
@@ -150,7 +159,7 @@ def _resolve_column(name: str) -> _Column:
 # --- filter ----------------------------------------------------------------------------------
 
 
-def parse_filter(raw: str | None) -> Q:
+def parse_filter(raw: str | None, *, sealed: frozenset[tuple[str, ...]] = frozenset()) -> Q:
     """The `filter` parameter (JSON or text form) as a `Q`; empty or missing means no filter.
 
     JSON: `{"field": {"op": value}}`, several fields or operators meaning all of them, nested
@@ -168,6 +177,7 @@ def parse_filter(raw: str | None) -> Q:
       `%` is any run of characters and the only wildcard (`_` is literal; a literal `%` can
       only be matched by `%`).
     - Date columns take ISO 8601 date-times; one without an offset is UTC.
+    - An attribute at or below a `sealed` path (encrypted at rest) is refused: `invalid_column`.
     """
     if raw is None or not raw.strip():
         return Q()
@@ -176,11 +186,11 @@ def parse_filter(raw: str | None) -> Q:
         tree = _load_json(text, parameter="filter")
         if not isinstance(tree, dict):
             raise _invalid(f"filter must be a JSON object, got {_json_type(tree)}.")
-        return _filter_object(tree, depth=0) if tree else Q()
-    return _parse_text_filter(text)
+        return _filter_object(tree, depth=0, sealed=sealed) if tree else Q()
+    return _parse_text_filter(text, sealed)
 
 
-def _filter_object(node: Any, *, depth: int) -> Q:
+def _filter_object(node: Any, *, depth: int, sealed: frozenset[tuple[str, ...]]) -> Q:
     """One JSON filter object: its fields and combinators, all of which must hold."""
     if depth > MAX_NESTING:
         raise _invalid(f"filter is nested deeper than {MAX_NESTING} levels.")
@@ -191,12 +201,12 @@ def _filter_object(node: Any, *, depth: int) -> Q:
         if name in ("and", "or"):
             if not isinstance(body, list) or not body:
                 raise _invalid(f"{name!r} expects a non-empty list of filter objects.")
-            parts = [_filter_object(item, depth=depth + 1) for item in body]
+            parts = [_filter_object(item, depth=depth + 1, sealed=sealed) for item in body]
             conditions.append(reduce(operator.and_ if name == "and" else operator.or_, parts))
         elif name == "not":
-            conditions.append(~_filter_object(body, depth=depth + 1))
+            conditions.append(~_filter_object(body, depth=depth + 1, sealed=sealed))
         else:
-            column = _resolve_column(name)
+            column = _resolve_column(name, sealed)
             if not isinstance(body, dict) or not body:
                 raise _invalid(
                     f'{name!r} expects an object of operators like {{"eq": ...}}, '
@@ -218,7 +228,7 @@ _TEXT_CLAUSE = re.compile(
 _TEXT_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
 
 
-def _parse_text_filter(text: str) -> Q:
+def _parse_text_filter(text: str, sealed: frozenset[tuple[str, ...]]) -> Q:
     """The text form: `field op value` clauses joined by `and`."""
     conditions: list[Q] = []
     position = 0
@@ -230,7 +240,7 @@ def _parse_text_filter(text: str) -> Q:
             )
         value = _text_value(clause["value"])
         conditions.append(
-            _condition(_resolve_column(clause["column"]), clause["op"].lower(), value)
+            _condition(_resolve_column(clause["column"], sealed), clause["op"].lower(), value)
         )
         position = clause.end()
         if position == len(text):
@@ -426,7 +436,9 @@ def _json_type_at(target: KeyTransform) -> Coalesce:
 # --- sort ------------------------------------------------------------------------------------
 
 
-def parse_sort(raw: str | None) -> list[str | OrderBy]:
+def parse_sort(
+    raw: str | None, *, sealed: frozenset[tuple[str, ...]] = frozenset()
+) -> list[str | OrderBy]:
     """The `sort` parameter as `order_by()` terms, newest first by default.
 
     JSON `{"field": "createdAt", "direction": "asc|desc"}` or a list of those, or text
@@ -434,7 +446,10 @@ def parse_sort(raw: str | None) -> list[str | OrderBy]:
     so pages never shuffle rows that tie. Rows without a value sort last in both directions.
     """
     keys = (_sort_keys(raw.strip()) if raw and raw.strip() else []) or DEFAULT_SORT_KEYS
-    terms = [_sort_term(_resolve_column(name), descending=descending) for name, descending in keys]
+    terms = [
+        _sort_term(_resolve_column(name, sealed), descending=descending)
+        for name, descending in keys
+    ]
     if all(name != "id" for name, _ in keys):
         terms.append("-id" if keys[0][1] else "id")
     return terms

@@ -37,10 +37,20 @@ from instances.engine.records import (
 )
 from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptResponse
+from instances.engine.task_types.notification import STATE_CHANNEL
+from instances.engine.telemetry import (
+    JOB_SECONDS,
+    JOBS,
+    REQUEST_ID_KEY,
+    TIMER_LATENESS,
+    bound,
+    span,
+)
+from instances.field_encryption import open_request
 from instances.models import Correlation, InstanceTransition, Job
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
-from instances.orm_store import FaultToRetry, OrmStore
+from instances.orm_store import FaultToRetry, OrmStore, stored_data
 from instances.queue import (
     backoff,
     job_claim,
@@ -50,6 +60,7 @@ from instances.queue import (
     jobs_fail_expired_leases,
     max_attempts,
 )
+from instances.selectors import state_function, with_state_etag
 from instances.services import (
     InstanceOutcome,
     RequestInfo,
@@ -117,7 +128,36 @@ def job_execute(job: Job, *, record_success: bool = True) -> str:
     """Run a job this process has claimed, then record the outcome (fenced by its token).
 
     `record_success=False` leaves a success for the caller to record in a batch
-    (`jobs_complete_succeeded`); retries and failures are always recorded here."""
+    (`jobs_complete_succeeded`); retries and failures are always recorded here. Every log line
+    of the run carries the job's id and instance (and the request that accepted it); the
+    attempt is counted by outcome (`vnext_jobs`) and timed."""
+    started = time.perf_counter()
+    if job.kind in TIMED_KINDS and job.attempts <= 1:
+        late = (timezone.now() - job.run_at).total_seconds()
+        TIMER_LATENESS.labels(job.kind).observe(max(late, 0.0))
+    outcome = "failed"
+    try:
+        with (
+            bound(
+                job_id=job.pk,
+                job_kind=job.kind,
+                instance_id=str(job.instance_id) if job.instance_id else None,
+                request_id=(job.payload or {}).get(REQUEST_ID_KEY),
+            ),
+            span(f"job {job.kind}", job_id=job.pk, kind=job.kind, attempt=job.attempts),
+        ):
+            outcome = _job_execute(job, record_success=record_success)
+        return outcome
+    finally:
+        JOBS.labels(job.kind, outcome.replace("-", "_")).inc()
+        JOB_SECONDS.labels(job.kind).observe(time.perf_counter() - started)
+
+
+# Jobs due at a moment (their lateness is measured on their first attempt).
+TIMED_KINDS = frozenset({JobKind.TIMER, JobKind.TIMEOUT})
+
+
+def _job_execute(job: Job, *, record_success: bool) -> str:
     handler = HANDLERS.get(job.kind)
     try:
         if handler is None:
@@ -262,7 +302,8 @@ def _handle_transition(job: Job) -> None:
     """An accepted async start/transition: run the pipeline and its whole automatic chain."""
     loaded = _load(job)
     instance, definition = loaded.instance, loaded.definition
-    payload = job.payload
+    # A workflow that encrypts fields at rest keeps the request sealed in the job row.
+    payload = open_request(job.payload, instance_id=job.instance_id)
     lock_free = bool(payload.get("lockFree"))
     if not lock_free and not _take_reservation(job):
         raise JobSkipped(
@@ -587,6 +628,40 @@ def _handle_notification(job: Job) -> None:
     )
 
 
+def _handle_task_notification(job: Job) -> None:
+    """A notification task's message on one channel (task type 10), shaped when the task ran;
+    the `state` channel's content is the instance's state function now. A failed delivery
+    raises and the job is retried with backoff."""
+    loaded = _load(job)
+    instance, definition = loaded.instance, loaded.definition
+    payload = job.payload or {}
+    channel = str(payload.get("channel") or "")
+    if not channel:
+        raise JobSkipped("the notification names no channel")
+    content = payload.get("content")
+    if channel == STATE_CHANNEL:
+        base = f"/api/v1/{instance.domain}/workflows/{instance.workflow_key}/instances"
+        content = with_state_etag(state_function(definition, instance, f"{base}/{instance.id}"))
+    headers = payload.get("headers")
+    headers = headers if isinstance(headers, dict) else {}
+    notification_channel().send(
+        Notification(
+            id=str(job.pk),
+            domain=instance.domain,
+            workflow=instance.workflow_key,
+            instance_id=str(instance.id),
+            instance_key=instance.key,
+            state=str(payload.get("state", "")),
+            transition=str(payload.get("transition", "")),
+            entered_at=str(payload.get("at", "")),
+            content=content,
+            headers={str(name): str(value) for name, value in headers.items()},
+            channel=channel,
+            task=str(payload.get("task", "")),
+        )
+    )
+
+
 HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.TRANSITION: _handle_transition,
     JobKind.TIMER: _handle_timer,
@@ -595,6 +670,7 @@ HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.SUBFLOW_END: _handle_subflow_end,
     JobKind.LONG_POLL_FALLBACK: _handle_long_poll_fallback,
     JobKind.NOTIFICATION: _handle_notification,
+    JobKind.TASK_NOTIFICATION: _handle_task_notification,
 }
 
 
@@ -805,6 +881,7 @@ def _settled(outcome: InstanceOutcome, sync: bool) -> InstanceAnswer:
 
 
 def _instance_answer(instance: InstanceSnapshot, status: int) -> InstanceAnswer:
+    # Another instance's answer: its fields encrypted at rest stay sealed (their tokens).
     return InstanceAnswer(
         status,
         {
@@ -812,6 +889,6 @@ def _instance_answer(instance: InstanceSnapshot, status: int) -> InstanceAnswer:
             "key": instance.key,
             "status": str(instance.status),
             "state": instance.current_state,
-            "attributes": instance.data,
+            "attributes": stored_data(instance),
         },
     )

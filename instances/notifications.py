@@ -5,6 +5,12 @@ pool (false: skipped, not sent), shapes the content with its `mapping`, and hand
 channel. A channel that fails raises: the job is retried with backoff and, after its attempts,
 stays failed for an operator (Admin > Jobs, replay) — never lost.
 
+Notification tasks (task type 10) are delivered the same way: one `task-notification` job per
+message, committed with the hop that ran the task, named by its `channel` (`sms`, `email`, ...,
+or `state`, whose content is the instance's state function, made at delivery). Every channel
+name goes through the one configured transport; the name travels in the body and, on the
+webhook, in `X-VNext-Channel`.
+
 Channels: `WebhookChannel` (the default: an HTTP POST with httpx, signed with an HMAC-SHA256 of
 the body in `X-VNext-Signature`) and `RedisChannel` (a Redis pub/sub message);
 `VNEXT["NOTIFICATION_CHANNEL"]` names the class.
@@ -44,11 +50,17 @@ class Notification:
     entered_at: str
     content: Any
     headers: dict[str, str] = field(default_factory=dict)
+    # `state` for a state notification; a notification task's channel name otherwise.
+    channel: str = "state"
+    # The notification task that sent it (empty for a state notification).
+    task: str = ""
 
     def body(self) -> bytes:
         """The JSON body sent (the content's headers travel as HTTP headers)."""
         fields = asdict(self)
         fields.pop("headers")
+        if not fields["task"]:
+            fields.pop("task")
         names = {
             "instance_id": "instanceId",
             "instance_key": "instanceKey",
@@ -87,6 +99,7 @@ class WebhookChannel:
             **{k: v for k, v in notification.headers.items() if k.lower().startswith("x-")},
             "Content-Type": "application/json",
             "X-VNext-Notification": notification.id,
+            "X-VNext-Channel": notification.channel,
             "X-VNext-Signature": signature(body, notification_secret()),
         }
         timeout = float(vnext_setting("NOTIFICATION_TIMEOUT_SECONDS"))

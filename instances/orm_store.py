@@ -5,6 +5,11 @@ A flush is one transaction: one guarded UPDATE of the instance (`... WHERE id = 
 RETURNING ...`; zero rows means the guard failed and nothing is written), then one INSERT per kind
 of row. On PostgreSQL the data patch is merged inside that UPDATE (`vnext_jsonb_merge`), so
 parallel updateData calls never lose each other's keys.
+
+Fields the master schema encrypts at rest are sealed here, in the patch a flush writes (the
+history bodies and task journal answers lose this instance's clear values), and opened here,
+in every snapshot built from a row: the database never holds them in clear, the engine always
+works on them in clear (instances/field_encryption.py).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from django.utils import timezone
 from instances.changes import instance_changed
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.ports import BusinessKeyTaken, StoreRefused
+from instances.engine.protection import as_stored
 from instances.engine.records import (
     ChildrenEnd,
     ChildStart,
@@ -42,6 +48,14 @@ from instances.engine.records import (
     new_etag,
     stage_fault,
 )
+from instances.engine.telemetry import with_request_id
+from instances.field_encryption import (
+    FieldProtection,
+    opened_snapshot,
+    protection_of,
+    seal_request,
+    sealed_writes,
+)
 from instances.filters import parse_filter
 from instances.models import (
     Correlation,
@@ -52,7 +66,7 @@ from instances.models import (
     InstanceTransition,
     Job,
 )
-from instances.queue import job_enqueue, jobs_dispatch
+from instances.queue import job_enqueue, jobs_dispatch, jobs_reschedule
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,
@@ -113,13 +127,39 @@ def _column(name: str) -> Field[Any, Any]:
 
 
 def snapshot_of(row: Instance) -> InstanceSnapshot:
-    """The engine's view of an `Instance` row."""
+    """The engine's view of an `Instance` row (its fields encrypted at rest opened)."""
     values = {name: getattr(row, name) for name in _INSTANCE_FIELDS}
-    return InstanceSnapshot(
-        **values,
-        data=row.data,
-        data_version=(row.data_version_major, row.data_version_minor, row.data_version_patch),
+    return opened(
+        InstanceSnapshot(
+            **values,
+            data=row.data,
+            data_version=(row.data_version_major, row.data_version_minor, row.data_version_patch),
+        )
     )
+
+
+def protection_for(domain: str, workflow: str, version: str) -> FieldProtection | None:
+    """The fields a workflow version encrypts at rest, or None (also for an unknown one)."""
+    definition = COMPONENTS.workflow(domain, workflow, version)
+    return protection_of(definition, COMPONENTS) if definition is not None else None
+
+
+def opened(snapshot: InstanceSnapshot) -> InstanceSnapshot:
+    """`snapshot` with the sealed fields of its data opened (in place), their tokens kept in
+    `snapshot.sealed`; `Encryption:KeyUnavailable` when the keys cannot open them."""
+    snapshot.sealed = {}
+    protection = protection_for(snapshot.domain, snapshot.workflow_key, snapshot.workflow_version)
+    opened_snapshot(snapshot, protection)
+    return snapshot
+
+
+def stored_data(snapshot: InstanceSnapshot) -> Any:
+    """`snapshot.data` as stored: what another instance is shown (a task's system read, a
+    trigger task's answer) has its fields encrypted at rest as their tokens."""
+    protection = protection_for(snapshot.domain, snapshot.workflow_key, snapshot.workflow_version)
+    if protection is None:
+        return snapshot.data
+    return protection.stored(snapshot.data, snapshot.sealed)
 
 
 @dataclass(frozen=True)
@@ -327,6 +367,11 @@ class OrmStore:
     ) -> InstanceSnapshot | None:
         """Commit `writes` in one transaction when `guard` holds; None (nothing written) if not."""
         sql = dialect()
+        protection = protection_for(
+            snapshot.domain, snapshot.workflow_key, snapshot.workflow_version
+        )
+        if protection is not None:
+            writes = sealed_writes(snapshot, writes, protection)
         try:
             if guard.kind is not GuardKind.INSERT and sql.flushes_in_one(writes):
                 if not connection.in_atomic_block:
@@ -336,6 +381,7 @@ class OrmStore:
                     with transaction.atomic():
                         committed = sql.flush_in_one(snapshot, writes, guard)[0]
                 instance_changed(committed.id)
+                snapshot.sealed = committed.sealed  # the engine's copy: the tokens now stored
                 return committed
             with transaction.atomic():
                 if guard.kind is GuardKind.INSERT:
@@ -352,6 +398,7 @@ class OrmStore:
             # The content was refused (NUL character, number out of range): nothing written.
             raise StoreRefused(f"the database refused the data: {_first_line(exc)}") from exc
         instance_changed(committed.id)
+        snapshot.sealed = committed.sealed  # the engine's copy: the tokens now stored
         return committed
 
     # --- instance row -------------------------------------------------------------------------
@@ -393,9 +440,10 @@ class OrmStore:
                     .order_by("-created_at")
                     .first()
                 )
+            stored = stored_data(committed)  # the row as stored: sealed fields as tokens
             if same is not None:
                 same.patch = deep_merge(same.patch or {}, writes.data_patch or {})
-                same.data, same.transition_id = committed.data, last or same.transition_id
+                same.data, same.transition_id = stored, last or same.transition_id
                 same.save(update_fields=["patch", "data", "transition"])
             else:
                 InstanceDataVersion.objects.create(
@@ -403,7 +451,7 @@ class OrmStore:
                     transition_id=last,
                     version=committed.data_version_text,
                     patch=writes.data_patch or {},
-                    data=committed.data,
+                    data=stored,
                 )
         if writes.tasks:
             InstanceTask.objects.bulk_create(
@@ -412,6 +460,10 @@ class OrmStore:
         if writes.incidents:
             Incident.objects.bulk_create(
                 Incident(instance_id=instance_id, **vars(row)) for row in writes.incidents
+            )
+        if writes.reschedule_timeout is not None:
+            jobs_reschedule(
+                instance_id=instance_id, kind=JobKind.TIMEOUT, run_at=writes.reschedule_timeout
             )
         if writes.cancel_all_timers or writes.cancel_timers_of:
             timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
@@ -474,7 +526,12 @@ def _start_child(parent_id: uuid.UUID, child: ChildStart) -> None:
         parent_correlation_id=correlation.pk,
     )
     Instance.objects.create(**values)
-    job_enqueue(kind=JobKind.TRANSITION, instance_id=child.instance.id, payload=child.job_payload)
+    payload = child.job_payload
+    child_row = child.instance
+    if protection_for(child_row.domain, child_row.workflow_key, child_row.workflow_version):
+        # The child encrypts fields at rest: its start request stays sealed in the job row.
+        payload = seal_request(payload, instance_id=child_row.id)
+    job_enqueue(kind=JobKind.TRANSITION, instance_id=child_row.id, payload=payload)
 
 
 def _close_parent_correlation(child_id: uuid.UUID, correlation_id: int, status: str) -> None:
@@ -646,7 +703,7 @@ class PostgresSql(PortableSql):
             if isinstance(values[name], str):
                 values[name] = json.loads(values[name])
         major, minor, patch = (values.pop(name) for name in _VERSION_COLUMNS)
-        return InstanceSnapshot(**values, data_version=(major, minor, patch))
+        return opened(InstanceSnapshot(**values, data_version=(major, minor, patch)))
 
     def update(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
@@ -666,6 +723,7 @@ class PostgresSql(PortableSql):
             or writes.jobs
             or writes.cancel_timers_of
             or writes.cancel_all_timers
+            or writes.reschedule_timeout is not None
             or writes.release_locks
             or writes.resolve_incidents is not None
             or writes.children
@@ -810,6 +868,7 @@ class PostgresSql(PortableSql):
         data = json.loads(data) if isinstance(data, str) else data
         committed = _with(snapshot, writes.instance_fields)
         committed.data = data
+        opened(committed)
         committed.data_version = (major_v, minor_v, patch_v)
         committed.entity_etag, committed.state_version = entity_etag, state_version
         committed.status, committed.etag = status, params["etag"]
@@ -847,7 +906,7 @@ class PostgresSql(PortableSql):
             "now": now,
             "etag": new_etag(),
             "kind": JobKind.TRANSITION,
-            "payload": json.dumps(payload, cls=DjangoJSONEncoder),
+            "payload": json.dumps(with_request_id(payload), cls=DjangoJSONEncoder),
         }
         with connection.cursor() as cursor:
             cursor.execute(_RESERVE_WITH_JOB, params)
@@ -1000,6 +1059,11 @@ class RegistryComponents:
         return document
 
 
+# The process's registry: the engine's (instances/wiring.py), and the one the store finds each
+# workflow's sealed fields in.
+COMPONENTS = RegistryComponents()
+
+
 def instance_lookup(domain: str, workflow: str, ref: str) -> Q:
     """The filter for `{instance}` in a path: the instance UUID, or its business key."""
     base = Q(domain=domain, workflow_key=workflow)
@@ -1021,10 +1085,16 @@ def newest_instance(domain: str, workflow: str, ref: str) -> Instance | None:
 class OrmInstanceReader:
     """`InstanceReader` for the Get-instance(s) task types."""
 
-    def instance(self, domain: str, workflow: str, ref: str) -> dict[str, Any] | None:
-        """`{id, key, status, state, data}` of one instance, or None."""
+    def instance(
+        self, domain: str, workflow: str, ref: str, *, asked_by: uuid.UUID | None = None
+    ) -> dict[str, Any] | None:
+        """`{id, key, status, state, data}` of one instance, or None. Its fields encrypted at
+        rest are clear only when it is the instance asking (`asked_by`: its engine has them
+        in clear already); any other instance's stay sealed."""
         row = newest_instance(domain, workflow, ref)
-        return _public(row) if row else None
+        if row is None:
+            return None
+        return _public(row, clear=asked_by is not None and row.pk == asked_by)
 
     def may_reach(self, domain: str, workflow: str, target_domain: str) -> bool:
         """A `DomainReach` row grants the workflow (or its whole domain) `target_domain`."""
@@ -1037,21 +1107,42 @@ class OrmInstanceReader:
     ) -> list[dict[str, Any]]:
         """A page of instances, newest first."""
         queryset = Instance.objects.filter(domain=domain, workflow_key=workflow)
-        queryset = queryset.filter(parse_filter(filter_text)).order_by("-created_at", "-id")
+        sealed = sealed_paths(domain, workflow) if filter_text else frozenset()
+        queryset = queryset.filter(parse_filter(filter_text, sealed=sealed))
+        queryset = queryset.order_by("-created_at", "-id")
         start = (max(page, 1) - 1) * page_size
-        return [_public(row) for row in queryset[start : start + page_size]]
+        return [_public(row, clear=False) for row in queryset[start : start + page_size]]
 
     def release_thread(self) -> None:
         """Close the worker thread's database connections."""
         connections.close_all()
 
 
-def _public(row: Instance) -> dict[str, Any]:
+def _public(row: Instance, *, clear: bool) -> dict[str, Any]:
+    protection = protection_for(row.domain, row.workflow_key, row.workflow_version)
+    if protection is None:
+        data = row.data
+    elif clear:
+        data = protection.open(row.data, instance_id=row.pk)[0]
+    else:
+        data = as_stored(row.data, protection.paths)  # nothing opened: no key needed
     return {
         "id": str(row.id),
         "key": row.key,
         "status": row.status,
         "state": row.current_state,
-        "data": row.data,
+        "data": data,
         "createdAt": row.created_at.isoformat(),
     }
+
+
+def sealed_paths(domain: str, workflow: str) -> frozenset[tuple[str, ...]]:
+    """The data paths any version of a workflow with instances encrypts at rest: a filter or
+    sort there would compare cipher text (refused with `invalid_column`)."""
+    versions = Instance.objects.filter(domain=domain, workflow_key=workflow)
+    found: set[tuple[str, ...]] = set()
+    for version in versions.values_list("workflow_version", flat=True).distinct():
+        protection = protection_for(domain, workflow, version)
+        if protection is not None:
+            found |= protection.paths
+    return frozenset(found)

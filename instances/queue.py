@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from instances.engine.telemetry import with_request_id
 from instances.models import Job
 from instances.status import JobKind, JobStatus
 from vnext.celery import app as celery_app
@@ -54,11 +55,12 @@ def job_enqueue(
     state: str = "",
     dedupe_key: str | None = None,
 ) -> Job:
-    """Insert a job in the current transaction; it is dispatched once that transaction commits."""
+    """Insert a job in the current transaction; it is dispatched once that transaction commits.
+    The payload keeps the id of the request being served (the job's log lines repeat it)."""
     job = Job.objects.create(
         kind=kind,
         instance_id=instance_id,
-        payload=payload,
+        payload=with_request_id(payload),
         run_at=run_at or timezone.now(),
         state=state,
         dedupe_key=dedupe_key,
@@ -84,6 +86,25 @@ def jobs_dispatch(jobs: Iterable[tuple[int, datetime]]) -> None:
     else:
         for wake in _wakers:
             wake()
+
+
+def jobs_reschedule(*, instance_id: uuid.UUID, kind: JobKind, run_at: datetime) -> list[int]:
+    """Move the instance's pending jobs of `kind` to `run_at`, in the caller's transaction, and
+    hand them to the runner again once it commits (a message sent for the old time finds the
+    job not due and leaves it). Returns the ids moved.
+
+    Guarded by `status = 'pending'` in the UPDATE itself: a job a worker claimed meanwhile
+    (running) keeps its claim and its time, and a claim racing this UPDATE re-reads `run_at`
+    after it and finds the job no longer due, so the job runs once, at one of the two times."""
+    pending = Job.objects.filter(instance_id=instance_id, kind=kind, status=JobStatus.PENDING)
+    ids = list(pending.values_list("pk", flat=True))
+    if not ids:
+        return []
+    Job.objects.filter(pk__in=ids, status=JobStatus.PENDING).update(
+        run_at=run_at, updated_at=timezone.now()
+    )
+    transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at) for job_id in ids]))
+    return ids
 
 
 def dispatch_mode() -> str:

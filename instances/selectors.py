@@ -21,11 +21,26 @@ from instances.engine.definition import (
     WorkflowDefinition,
 )
 from instances.engine.errors import Codes, VNextError
+from instances.engine.overrides import NO_OVERRIDES, OVERRIDES_KEY, SubflowOverrides
 from instances.engine.pipeline import MAX_CHAIN_DEPTH
 from instances.engine.records import InstanceSnapshot, waiting_child
 from instances.engine.roles import Caller, allowed
-from instances.engine.visibility import has_field_rules, label_of, shown_data, state_value
-from instances.filters import parse_filter, parse_page, parse_sort
+from instances.engine.script_runner import script_headers
+from instances.engine.view_selection import (
+    ViewChoice,
+    is_conditional,
+    names_a_view,
+    select_view,
+    view_slot,
+)
+from instances.engine.visibility import (
+    has_field_rules,
+    label_of,
+    shown_data,
+    state_value,
+    unreadable_paths,
+)
+from instances.filters import ATTRIBUTES_PREFIX, parse_filter, parse_page, parse_sort
 from instances.models import (
     Correlation,
     Incident,
@@ -34,13 +49,12 @@ from instances.models import (
     InstanceTransition,
     Job,
 )
-from instances.orm_store import snapshot_of
+from instances.orm_store import opened, protection_for, sealed_paths, snapshot_of
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,
     JobKind,
     JobStatus,
-    StateType,
     Trigger,
 )
 from instances.wiring import engine
@@ -66,17 +80,36 @@ def instance_list(
     page: str | None,
     page_size: str | None,
     visible: Q | None = None,
+    roles: frozenset[str] | None = None,
 ) -> Page:
     """Instances of a workflow through the filter language, sorted, one page (stable order);
-    `visible` keeps only the instances the caller may read (`readable_instances`)."""
+    `visible` keeps only the instances the caller may read (`readable_instances`); with the
+    caller's `roles`, a filter or sort on a field the master schema hides, masks or encrypts
+    for them is refused (`invalid_column`)."""
     number, size = parse_page(page, page_size)
     queryset: QuerySet[Instance] = Instance.objects.filter(domain=domain, workflow_key=workflow)
     if visible is not None:
         queryset = queryset.filter(visible)
-    queryset = queryset.filter(parse_filter(filter_text)).order_by(*parse_sort(sort))
+    sealed: frozenset[tuple[str, ...]] = frozenset()
+    if ATTRIBUTES_PREFIX in f"{filter_text or ''} {sort or ''}":
+        # Refused: paths holding cipher text, and paths the caller may not read as stored.
+        sealed = sealed_paths(domain, workflow) | _unreadable(domain, workflow, roles)
+    queryset = queryset.filter(parse_filter(filter_text, sealed=sealed))
+    queryset = queryset.order_by(*parse_sort(sort, sealed=sealed))
     start = (number - 1) * size
     rows = list(queryset[start : start + size + 1])
     return Page(rows[:size], number, size, len(rows) > size)
+
+
+def _unreadable(
+    domain: str, workflow: str, roles: frozenset[str] | None
+) -> frozenset[tuple[str, ...]]:
+    if roles is None:
+        return frozenset()
+    found: set[tuple[str, ...]] = set()
+    for definition in _workflow_versions(domain, workflow):
+        found |= unreadable_paths(master_schema(definition), roles)
+    return frozenset(found)
 
 
 def _workflow_versions(domain: str, workflow: str) -> list[WorkflowDefinition]:
@@ -93,38 +126,92 @@ def readable_instances(domain: str, workflow: str, caller: Caller) -> Q | None:
     """A filter keeping the instances of a workflow whose current state's query roles (else
     the workflow's) let `caller` read them; None when every instance is readable. A rule
     naming `$InstanceStarter` or `$PreviousUser` becomes a condition on the instance's
-    `created_by` / `modified_by`."""
-    starter, previous = Q(created_by=caller.actor), Q(modified_by=caller.actor)
+    `created_by` / `modified_by`. Children started by a SubFlow state that overrides query
+    roles are decided by those overrides (one group per overriding parent state)."""
     clauses: list[Q] = []
     restricted = False
     for definition in _workflow_versions(domain, workflow):
-        open_states: list[str] = []
-        for key in definition.states:
-            rules = definition.query_roles(key)
-            verdicts = {
-                (s, p): allowed(rules, caller.on(caller.actor * s, caller.actor * p))
-                for s in (False, True)
-                for p in (False, True)
-            }
-            if all(verdicts.values()):
-                open_states.append(key)
-                continue
-            restricted = True
-            for (s, p), verdict in verdicts.items():
-                if verdict and caller.actor:
-                    clauses.append(
-                        Q(workflow_version=definition.version, current_state=key)
-                        & (starter if s else ~starter)
-                        & (previous if p else ~previous)
-                    )
-        if open_states:
-            clauses.append(Q(workflow_version=definition.version, current_state__in=open_states))
+        in_version = Q(workflow_version=definition.version)
+        groups = _query_role_overrides(domain, workflow, definition.version)
+        scopes: list[tuple[Q, SubflowOverrides]] = [(in_version, NO_OVERRIDES)]
+        if groups:
+            # A positive subquery, so rows without overrides (a NULL JSON path) stay in scope.
+            overridden = Instance.objects.filter(
+                domain=domain,
+                workflow_key=workflow,
+                workflow_version=definition.version,
+                **{f"extra__{OVERRIDES_KEY}__source__in": list(groups)},
+            ).values("pk")
+            scopes = [(in_version & ~Q(pk__in=overridden), NO_OVERRIDES)]
+            scopes += [
+                (in_version & Q(**{f"extra__{OVERRIDES_KEY}__source": source}), overrides)
+                for source, overrides in groups.items()
+            ]
+        for scope, overrides in scopes:
+            found, narrowed = _readable_clauses(definition, overrides, caller)
+            restricted = restricted or narrowed
+            clauses.extend(scope & clause for clause in found)
     if not restricted:
         return None
     visible = Q(pk__in=[])
     for clause in clauses:
         visible |= clause
     return visible
+
+
+def _query_role_overrides(domain: str, workflow: str, version: str) -> dict[str, SubflowOverrides]:
+    """The SubFlow overrides of state query roles the instances of a workflow version run
+    under, by the parent state that gave them (few: one per overriding SubFlow state)."""
+    children = Instance.objects.filter(
+        domain=domain,
+        workflow_key=workflow,
+        workflow_version=version,
+        **{f"extra__{OVERRIDES_KEY}__has_key": "states"},
+    )
+    sources = children.values_list(f"extra__{OVERRIDES_KEY}__source", flat=True).distinct()
+    groups: dict[str, SubflowOverrides] = {}
+    for source in sources:
+        extra = (
+            children.filter(**{f"extra__{OVERRIDES_KEY}__source": source})
+            .values_list("extra", flat=True)
+            .first()
+        )
+        if isinstance(source, str) and source:
+            groups[source] = SubflowOverrides.of_extra(extra)
+    return groups
+
+
+def _readable_clauses(
+    definition: WorkflowDefinition, overrides: SubflowOverrides, caller: Caller
+) -> tuple[list[Q], bool]:
+    """The conditions (on state, starter, previous user) under which `caller` may read an
+    instance of `definition` running under `overrides`, and whether any state is closed to
+    some caller at all."""
+    starter, previous = Q(created_by=caller.actor), Q(modified_by=caller.actor)
+    clauses: list[Q] = []
+    restricted = False
+    open_states: list[str] = []
+    for key in definition.states:
+        rules = definition.query_roles(key, overrides)
+        verdicts = {
+            (s, p): allowed(rules, caller.on(caller.actor * s, caller.actor * p))
+            for s in (False, True)
+            for p in (False, True)
+        }
+        if all(verdicts.values()):
+            open_states.append(key)
+            continue
+        restricted = True
+        for (s, p), verdict in verdicts.items():
+            if verdict and caller.actor:
+                clauses.append(
+                    Q(current_state=key)
+                    & (starter if s else ~starter)
+                    & (previous if p else ~previous)
+                )
+    if open_states:
+        clauses.append(Q(current_state__in=open_states))
+    return clauses, restricted
 
 
 def listed_attributes(row: Instance, caller: Caller) -> Any:
@@ -322,19 +409,24 @@ def state_function(
     data_base: str | None = None,
     roles: frozenset[str] | None = None,
     languages: list[str] | None = None,
+    headers: dict[str, str] | None = None,
+    query: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`functions/state`: where the instance is and what a client can do next. For a parent
     waiting on a SubFlow chain the caller passes the leaf (the only state a client acts on),
     the chain as `correlations`, and the leaf's own path as `data_base`.
 
-    With the caller's `roles` (instance-relative ones included) only the transitions they may
-    fire are listed, `state` is masked by the state's alias and the long-poll `interaction`
-    shows only to callers its roles allow; labels are given in the first of `languages`
-    that has one."""
+    With the caller's `roles` (instance-relative ones included; a parent's SubFlow role
+    overrides replace the definition's) only the transitions they may fire are listed, `state`
+    is masked by the state's alias and the long-poll `interaction` shows only to callers its
+    roles allow; labels are given in the first of `languages` that has one. The `view` block
+    describes what the view function would serve this request (`headers`, `query`: what view
+    rules read)."""
     wanted = languages or []
     state = definition.states.get(instance.current_state)
     state_labels = (state.raw.get("labels") if state else None) or []
-    view = (state.raw.get("view") if state else None) or {}
+    view = chosen_view(definition, instance, None, roles=roles, headers=headers, query=query)
+    overrides = instance.overrides
     transitions: list[dict[str, Any]] = []
     live = instance.status != InstanceStatus.COMPLETED
     faulted = instance.status == InstanceStatus.FAULTED
@@ -343,7 +435,7 @@ def state_function(
             continue
         if faulted and transition.kind not in (TransitionKind.CANCEL, TransitionKind.EXIT):
             continue  # a faulted instance runs nothing else until it is retried
-        if roles is not None and not transition.allows(instance.current_state, roles):
+        if roles is not None and not transition.allows(instance.current_state, roles, overrides):
             continue
         target_key = transition.resolved_target(instance.current_state)
         target = definition.states.get(target_key)
@@ -354,8 +446,10 @@ def state_function(
             "labels": transition.raw.get("labels") or [],
             "target": _state_ref(target, target_key, wanted),
             "view": {
-                "hasView": bool((transition.raw.get("view") or {}).get("view")),
+                # Named, not chosen: the rules of a conditional view run when it is asked for.
+                "hasView": names_a_view(transition.raw.get("view")),
                 "href": _href(base, f"functions/view?transitionKey={transition.key}"),
+                **_extensions_block(transition.raw.get("view")),
             },
             "schema": {
                 "hasSchema": bool(transition.raw.get("schema")),
@@ -384,12 +478,13 @@ def state_function(
     incident = active_incident(instance)
     own = data_base or base
     body: dict[str, Any] = {
-        "data": {"href": _href(own, "functions/data")},
+        "data": {"href": _data_href(own, (state.raw.get("view") if state else None))},
         "view": {
-            "hasView": bool(view.get("view")),
-            "loadData": bool(view.get("loadData")),
+            "hasView": view is not None,
+            "loadData": view.load_data if view is not None else False,
             "href": _href(own, "functions/view"),
-            **_view_labels(view.get("view"), wanted),
+            **_view_labels(view.reference if view is not None else None, wanted),
+            **_extensions_block(state.raw.get("view") if state else None),
         },
         "state": state_value(state, instance.current_state, roles or frozenset(), wanted),
         "label": label_of(state_labels, wanted, instance.current_state),
@@ -449,11 +544,45 @@ def master_schema(definition: WorkflowDefinition) -> dict[str, Any] | None:
 def shown_attributes(
     definition: WorkflowDefinition, instance: InstanceSnapshot, roles: frozenset[str] | None
 ) -> Any:
-    """The instance data a caller holding `roles` is shown (`x-roles`, `x-masking`)."""
+    """The instance data a caller holding `roles` is shown (`x-roles`, `x-masking`,
+    `x-encryption`: a field encrypted at rest is clear for its exemption roles, else its
+    stored token)."""
     schema = master_schema(definition) if roles is not None else None
     if schema is None:
         return instance.data
-    return shown_data(schema, instance.data, roles, salt=schema_hash_salt())
+    return shown_data(schema, instance.data, roles, salt=schema_hash_salt(), tokens=instance.sealed)
+
+
+def view_extensions(view: Any) -> list[str]:
+    """The extensions a state's or transition's view definition asks for (`extensions` of its
+    plain form, of its default and of its rules), in order, each once."""
+    if not isinstance(view, dict):
+        return []
+    rules = view.get("rules")
+    entries = [view, view.get("default"), *(rules if isinstance(rules, list) else [])]
+    names = [
+        name
+        for entry in entries
+        if isinstance(entry, dict) and isinstance(entry.get("extensions"), list)
+        for name in entry["extensions"]
+        if isinstance(name, str) and name
+    ]
+    return list(dict.fromkeys(names))
+
+
+def _extensions_block(view: Any) -> dict[str, Any]:
+    # A view block names the extensions its view asks for, when it asks for any: the client
+    # loads them with the data (`functions/data?extensions=...`).
+    names = view_extensions(view)
+    return {"extensions": names} if names else {}
+
+
+def _data_href(base: str, state_view: Any) -> str:
+    """The state function's data link: with `?extensions=` for the state view's extensions
+    (vNext: the data is loaded with what the view asks for)."""
+    names = view_extensions(state_view)
+    href = _href(base, "functions/data")
+    return f"{href}?extensions={','.join(names)}" if names else href
 
 
 def _view_labels(reference: Any, languages: list[str]) -> dict[str, Any]:
@@ -505,6 +634,12 @@ def function_cached(
     ttl = function_cache_seconds(definition)
     if ttl <= 0:
         return compute()
+    if function == "data" and protection_for(
+        instance.domain, instance.workflow_key, instance.workflow_version
+    ):
+        # The answer may hold fields encrypted at rest in clear (for their exemption roles):
+        # never in a cache, which may be a shared server.
+        return compute()
     who = json.dumps([sorted(roles) if roles is not None else None, *variant], default=str)
     digest = hashlib.sha256(who.encode()).hexdigest()[:24]
     key = f"vnext:function:{function}:{instance.id}:{digest}"
@@ -536,7 +671,7 @@ def data_at_version(instance: InstanceSnapshot, version: str) -> InstanceSnapsho
         .only("data")
         .first()
     )
-    return None if row is None else replace(instance, data=row.data)
+    return None if row is None else opened(replace(instance, data=row.data))
 
 
 def _transition_for_function(
@@ -554,23 +689,77 @@ def _transition_for_function(
     return transition
 
 
-def view_function(
-    definition: WorkflowDefinition, instance: InstanceSnapshot, transition_key: str | None
-) -> dict[str, Any]:
-    """`functions/view`: the transition's view, a wizard state's single manual transition's
-    view, or the state's view. 404 when there is none."""
+def chosen_view(
+    definition: WorkflowDefinition,
+    instance: InstanceSnapshot,
+    transition_key: str | None,
+    *,
+    roles: frozenset[str] | None = None,
+    headers: dict[str, str] | None = None,
+    query: dict[str, Any] | None = None,
+) -> ViewChoice | None:
+    """The view the view function serves: the transition's (`transitionKey`; 404 when the
+    state has no such transition), else a wizard state's manual transition's the caller may
+    fire, else the state's; a conditional view's first rule that holds for this request (the
+    rules see `headers` without credentials and `query`), else its default; the instance's
+    SubFlow view override applied. None when there is no view."""
     transition = _transition_for_function(definition, instance, transition_key)
-    state = definition.states.get(instance.current_state)
-    if transition is None and state is not None and state.state_type == StateType.WIZARD:
-        manual = [t for t in state.transitions if t.trigger_type == Trigger.MANUAL]
-        transition = manual[0] if manual else None
-    holder = (transition.raw.get("view") if transition else None) or (
-        state.raw.get("view") if state else None
+    slot = view_slot(definition, instance, transition, roles)
+    return select_view(
+        engine().scripts,
+        definition,
+        instance,
+        slot,
+        headers=script_headers(headers),
+        query=query,
+        configuration=engine().config.script_configuration,
     )
-    reference = (holder or {}).get("view")
-    document = engine().components.component("view", reference) if reference else None
+
+
+def view_variant(
+    definition: WorkflowDefinition,
+    instance: InstanceSnapshot,
+    transition_key: str | None,
+    *,
+    roles: frozenset[str] | None,
+    headers: dict[str, str] | None,
+    query: dict[str, Any] | None,
+) -> tuple[Any, ...]:
+    """What a view function answer depends on beside the instance and the caller's roles (its
+    function-cache key): the transition and platform asked, and for a conditional view every
+    header (no credentials) and query parameter its rules could read."""
+    query = query or {}
+    variant: tuple[Any, ...] = (transition_key, query.get("platform"))
+    transition = _transition_for_function(definition, instance, transition_key)
+    if is_conditional(view_slot(definition, instance, transition, roles).definition):
+        variant += (sorted(script_headers(headers).items()), sorted(query.items()))
+    return variant
+
+
+def view_function(
+    definition: WorkflowDefinition,
+    instance: InstanceSnapshot,
+    transition_key: str | None,
+    *,
+    roles: frozenset[str] | None = None,
+    headers: dict[str, str] | None = None,
+    query: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`functions/view`: the view `chosen_view` picks. 404 when there is none (a conditional
+    view none of whose rules holds, without a default, included)."""
+    choice = chosen_view(
+        definition, instance, transition_key, roles=roles, headers=headers, query=query
+    )
+    document = engine().components.component("view", choice.reference) if choice else None
     if document is None:
-        raise VNextError(Codes.APP_NOT_FOUND, "no view here", instance_id=str(instance.id))
+        transition = _transition_for_function(definition, instance, transition_key)
+        slot = view_slot(definition, instance, transition, roles)
+        detail = (
+            "no view rule holds for this request and the view has no default"
+            if choice is None and is_conditional(slot.definition)
+            else "no view here"
+        )
+        raise VNextError(Codes.APP_NOT_FOUND, detail, instance_id=str(instance.id))
     attributes = document.get("attributes") or {}
     return {
         "key": document.get("key"),

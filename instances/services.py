@@ -22,6 +22,7 @@ from instances.engine.definition import (
 )
 from instances.engine.errors import Codes, ErrorCode, VNextError
 from instances.engine.outcomes import BUSY_EXEMPT, ForwardToSubflow, PipelineFault
+from instances.engine.overrides import NO_OVERRIDES
 from instances.engine.payload import Payload, split_payload, validate_attributes
 from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution, TaskResume, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
@@ -35,9 +36,10 @@ from instances.engine.records import (
     new_etag,
 )
 from instances.engine.roles import INSTANCE_STARTER, Caller, allowed
-from instances.engine.script_runner import script_context
+from instances.engine.script_runner import CREDENTIAL_HEADERS, script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.subflows import forward_target
+from instances.field_encryption import protection_of, seal_request
 from instances.models import Correlation, Incident, Instance, Job, OperatorAction
 from instances.orm_store import (
     FaultToRetry,
@@ -393,14 +395,19 @@ def _correction(body: Any) -> dict[str, Any]:
 
 
 # Headers never written to a job row: credentials stay out of the database.
-_SECRET_HEADERS = frozenset({"authorization", "cookie", "x-api-key", "proxy-authorization"})
+_SECRET_HEADERS = CREDENTIAL_HEADERS
 
 
 def _job_payload(
-    transition: TransitionDef, payload: Payload, body: Any, info: RequestInfo, **extra: Any
+    definition: WorkflowDefinition,
+    transition: TransitionDef,
+    payload: Payload,
+    body: Any,
+    info: RequestInfo,
+    **extra: Any,
 ) -> dict[str, Any]:
     headers = {k: v for k, v in (info.headers or {}).items() if k not in _SECRET_HEADERS}
-    return {
+    built = {
         "transition": transition.key,
         "attributes": payload.attributes,
         "body": body,
@@ -410,6 +417,11 @@ def _job_payload(
         "stage": payload.stage,
         **extra,
     }
+    if protection_of(definition, engine().components) is not None:
+        # The workflow encrypts fields at rest: the request may carry them, so the job row
+        # holds it sealed (the job handler opens it).
+        return seal_request(built)
+    return built
 
 
 def instance_start_accept(
@@ -447,7 +459,7 @@ def instance_start_accept(
         modified_by=info.actor,
     )
     job_payload = _job_payload(
-        definition.start, payload, body, info, start=True, reservation=reservation
+        definition, definition.start, payload, body, info, start=True, reservation=reservation
     )
     try:
         created = _store.create_reserved(snapshot, reservation, job_payload)
@@ -605,12 +617,18 @@ def instance_transition_accept(
     takes no lock at all. `trigger=Trigger.EVENT` delivers an event to an event transition."""
     if addressed is None:
         addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
-    instance, _, transition, payload = _admissible(
+    instance, definition, transition, payload = _admissible(
         addressed, transition_key, body, info, trigger=trigger
     )
     reservation = f"res:{uuid.uuid4().hex}"
     job_payload = _job_payload(
-        transition, payload, body, info, fromState=instance.current_state, reservation=reservation
+        definition,
+        transition,
+        payload,
+        body,
+        info,
+        fromState=instance.current_state,
+        reservation=reservation,
     )
     if trigger == Trigger.EVENT:
         job_payload["trigger"] = int(Trigger.EVENT)
@@ -679,11 +697,13 @@ def _check_transition_roles(
     info: RequestInfo,
 ) -> None:
     """403 `Transition:100010` when the caller's roles do not allow `transition` in `state`
-    (its `roles` and its `availableIn` entry's; `$InstanceStarter`, `$PreviousUser`)."""
-    if not any(transition.role_lists(state)):
+    (its `roles` and its `availableIn` entry's, or what the parent's SubFlow state overrides
+    them with; `$InstanceStarter`, `$PreviousUser`)."""
+    overrides = instance.overrides if instance is not None else NO_OVERRIDES
+    if not any(transition.role_lists(state, overrides)):
         return
     roles = info.roles_on(instance)
-    if roles is None or transition.allows(state, roles):
+    if roles is None or transition.allows(state, roles, overrides):
         return
     raise VNextError(
         Codes.TRANSITION_FORBIDDEN,
@@ -1048,3 +1068,10 @@ def _shaped(returned: Any) -> ShapedAnswer:
             raise ValueError(f"header {name!r} is set by the server, not by an output mapping")
         headers[str(name)] = text
     return ShapedAnswer(status, headers, returned.data)
+
+
+def shaped_answer(returned: Any) -> ShapedAnswer:
+    """A script's answer as an HTTP answer (an output mapping's, a raw custom function's): a
+    plain value is a 200 body; a `ScriptResponse` gives its status (200-599) and headers (no
+    framing ones). ValueError when they are unusable."""
+    return _shaped(returned)

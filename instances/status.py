@@ -111,6 +111,8 @@ class JobKind(TextChoices):
     LONG_POLL_FALLBACK = "longpoll-fallback", "Long-poll fallback"
     # A state's notification, after the hop that entered the state committed.
     NOTIFICATION = "notification", "State notification"
+    # A notification task's message on one channel, after the hop that ran the task committed.
+    TASK_NOTIFICATION = "task-notification", "Notification task"
 
 
 class TransitionStatus(TextChoices):

@@ -8,7 +8,7 @@ from functools import cache
 from django.utils.module_loading import import_string
 
 from instances.engine.pipeline import Engine, EngineConfig
-from instances.orm_store import OrmInstanceReader, OrmStore, RegistryComponents
+from instances.orm_store import COMPONENTS, OrmInstanceReader, OrmStore
 from locks.store import OrmLocks
 from vnext.conf import vnext_setting
 
@@ -27,7 +27,7 @@ def engine() -> Engine:
     writer_path = vnext_setting("INSTANCE_WRITER")
     return Engine(
         OrmStore(),
-        RegistryComponents(),
+        COMPONENTS,
         reader=OrmInstanceReader(),
         writer=import_string(writer_path)() if writer_path else None,
         locks=OrmLocks(),

@@ -37,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFICATION_TIMEOUT_SECONDS": 10.0,
     "NOTIFICATION_REDIS_URL": "redis://127.0.0.1:6379/0",
     "NOTIFICATION_REDIS_CHANNEL": "vnext-notifications",
+    # The bearer token `/metrics` asks of its scraper; None: open.
+    "METRICS_TOKEN": None,
     # How long the data, view and schema functions' answers are cached while their instance is
     # unchanged, unless the workflow sets `config.functionCache.ttlSeconds`; 0: not cached.
     "FUNCTION_CACHE_SECONDS": 60.0,
@@ -50,6 +52,10 @@ DEFAULTS: dict[str, Any] = {
     # Salt of the digests master-schema `x-encryption: hash` fields are shown as; None: one
     # derived from SECRET_KEY (stable per installation, unguessable without it).
     "SCHEMA_HASH_SALT": None,
+    # Fernet keys of master-schema fields encrypted at rest (`x-encryption` `encrypt`): the
+    # first seals, every one opens. Empty: none (settings derive one when DEBUG or on the
+    # generated SECRET_KEY); publish then refuses a schema that encrypts a field.
+    "ENCRYPTION_KEYS": [],
     # How deep objects and arrays may nest in a request body (deeper: 400).
     "MAX_BODY_DEPTH": 64,
     # The claim of a JWT bearer token that lists the caller's roles (beside its groups).

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import environ
 
-from vnext.secret_key import installation_secret_key
+from vnext.secret_key import derived_encryption_key, installation_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -44,6 +44,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every log line of a request carries its id (X-Request-ID in and out).
+    "vnext.observability.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -244,17 +246,47 @@ VNEXT = {
     "NOTIFICATION_REDIS_CHANNEL": env.str(
         "VNEXT_NOTIFICATION_REDIS_CHANNEL", default="vnext-notifications"
     ),
+    # `/metrics` wants `Authorization: Bearer <token>` when set (else it is open, like /health).
+    "METRICS_TOKEN": env.str("VNEXT_METRICS_TOKEN", default="") or None,
 }
+
+# Master-schema fields encrypted at rest (x-encryption `encrypt`): Fernet keys, comma separated;
+# the first seals, every one opens (rotation: put the new key first, keep the old ones until
+# nothing sealed with them is left). Unset: when DEBUG, or on the installation's generated
+# SECRET_KEY (`make run`, the test suite), a key derived from SECRET_KEY (`check --deploy` warns);
+# else none, and publish refuses a schema that encrypts a field.
+ENCRYPTION_KEYS_DERIVED = not env.list("VNEXT_ENCRYPTION_KEYS", default=[]) and (
+    DEBUG or SECRET_KEY_GENERATED
+)
+VNEXT["ENCRYPTION_KEYS"] = (
+    [derived_encryption_key(SECRET_KEY)]
+    if ENCRYPTION_KEYS_DERIVED
+    else env.list("VNEXT_ENCRYPTION_KEYS", default=[])
+)
 
 # Django's cache: the built-in function answers, the callers' grants and tokens. In-process by
 # default; a shared one (`CACHE_URL=redis://127.0.0.1:6379/2`) serves every server process.
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
 
+# One JSON object per line (`LOG_FORMAT=json`, the default): time, level, logger, message, and the
+# operation's request_id / instance_id / transition / job_id; `LOG_FORMAT=plain` for people.
+LOG_FORMAT = env.str("LOG_FORMAT", default="json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {
+            "()": "vnext.observability.FieldsFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {"()": "vnext.observability.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain" if LOG_FORMAT == "plain" else "json",
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

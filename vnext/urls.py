@@ -14,6 +14,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from instances.api.views import SubflowForwardView
 from vnext.exception_handler import ApiNotFoundView
 from vnext.health import health
+from vnext.observability import metrics_view
 
 urlpatterns = [
     # The site's home is the operations dashboard (the admin's index): "View site" lands there.
@@ -30,6 +31,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("health", health, name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path(
         "internal/<str:domain>/instances/<str:instance>/subflow-forward",
         SubflowForwardView.as_view(),

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 from instances.engine.errors import Codes, Violation, VNextError
 
 # Query parameters that may be given more than once.
-REPEATABLE = frozenset({"role"})
+REPEATABLE = frozenset({"role", "extensions"})
 
 
 class ApiView(APIView):

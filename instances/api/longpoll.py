@@ -29,10 +29,12 @@ from channels.layers import get_channel_layer
 
 from instances.changes import group_name, serving_in
 from instances.engine.errors import Codes, Violation
+from instances.engine.telemetry import LONG_POLL_WAITING, LONG_POLLS
 from instances.selectors import instance_by_id, subflow_chain
 from instances.services import instance_snapshot
 from vnext.conf import vnext_setting
 from vnext.exception_handler import problem_body
+from vnext.observability import SANE_REQUEST_ID as _SANE_REQUEST_ID
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -127,6 +129,8 @@ class StateLongPoll:
             return
         answer = await self._read(scope)
         if answer.status != 304 or wait <= 0:
+            if wait > 0:
+                LONG_POLLS.labels("stale").inc()
             await _send(send, answer)
             return
         await self._park(scope, receive, send, wait, answer)
@@ -168,12 +172,15 @@ class StateLongPoll:
         gone = asyncio.ensure_future(receive())
         recheck = float(vnext_setting("LONG_POLL_RECHECK_SECONDS"))
         not_before = time.time()
+        LONG_POLL_WAITING.inc()
+        outcome = "gone"
         try:
             while True:
                 # Read again after joining: a change just before the join is not missed.
                 answer = await self._shared_read(scope, not_before)
                 remaining = deadline - loop.time()
                 if answer.status != 304 or remaining <= 0:
+                    outcome = "changed" if answer.status != 304 else "timeout"
                     break
                 message = asyncio.ensure_future(layer.receive(channel)) if channel else None
                 waiting = {gone, message} if message else {gone}
@@ -187,18 +194,33 @@ class StateLongPoll:
                 woken = message.result() if message is not None and message in done else {}
                 # A wake reads what its commit wrote; a periodic re-read reads afresh.
                 not_before = float(woken.get("at") or time.time())
-            await _send(send, answer)
+            await _send(send, _with_own_request_id(answer, scope))
         finally:
+            LONG_POLL_WAITING.dec()
+            LONG_POLLS.labels(outcome).inc()
             gone.cancel()
             for group in groups if channel else []:
                 await layer.group_discard(group, channel)
 
 
+# Headers that differ between requests whose answers are the same (each request keeps its own
+# id in its own answer).
+_UNSHARED_HEADERS = frozenset({b"x-request-id", b"traceparent", b"tracestate", b"user-agent"})
+
+
 def _signature(scope: Scope) -> tuple[bytes, ...]:
-    # What makes two requests' answers the same: the path and the headers the view reads.
-    headers = dict(scope.get("headers", []))
-    names = (b"authorization", b"cookie", b"accept-language", b"if-none-match", b"host")
-    return (scope["path"].encode(), *(headers.get(name, b"") for name in names))
+    # What makes two requests' answers the same: the path, the query and every header a view
+    # may read (a conditional view's rule can read any of them, not only the credentials).
+    headers = sorted(
+        (name.lower(), value)
+        for name, value in scope.get("headers", [])
+        if name.lower() not in _UNSHARED_HEADERS
+    )
+    return (
+        scope["path"].encode(),
+        scope.get("query_string", b""),
+        *(b"%s=%s" % (name, value) for name, value in headers),
+    )
 
 
 def _wait_seconds(scope: Scope) -> float | None:
@@ -233,6 +255,14 @@ def _bad_wait() -> Answer:
         violations=[Violation("/wait", "a number of seconds, 0 or more")],
     )
     return Answer(400, [(b"content-type", b"application/problem+json")], json.dumps(body).encode())
+
+
+def _with_own_request_id(answer: Answer, scope: Scope) -> Answer:
+    # A shared read answered another waiter's request: this one answers its own id.
+    given = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin1")
+    own = given if _SANE_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+    headers = [(k, v) for k, v in answer.headers if k.lower() != b"x-request-id"]
+    return Answer(answer.status, [*headers, (b"x-request-id", own.encode())], answer.body)
 
 
 async def _send(send: Send, answer: Answer) -> None:

@@ -40,9 +40,15 @@ urlpatterns = [
             ("authorize", views.InstanceAuthorizeFunctionView),
         )
     ],
+    # Any other name: a custom function the workflow declares (the built-ins above win).
     path(
         f"{ONE}/functions/<str:function>",
-        views.InstanceFunctionView.as_view(),
+        views.InstanceCustomFunctionView.as_view(),
         name="instance-function",
+    ),
+    path(
+        "<str:domain>/functions/<str:function>",
+        views.DomainFunctionView.as_view(),
+        name="domain-function",
     ),
 ]

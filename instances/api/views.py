@@ -37,12 +37,26 @@ from instances.api.serializers import (
 )
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, Violation, VNextError
+from instances.engine.functions import ReadKind
 from instances.engine.outcomes import PipelineFault
 from instances.engine.records import LONG_POLL_OWNER_PREFIX, InstanceSnapshot
 from instances.engine.roles import Caller, allowed
 from instances.engine.visibility import accepted_languages, readable
 from instances.events import event_deliver
+from instances.extensions import (
+    extensions_etag,
+    instance_extensions,
+    listed_extensions,
+    requested_extensions,
+)
 from instances.filters import parse_page
+from instances.functions import (
+    FunctionAnswer,
+    declared_function,
+    domain_function_run,
+    function_allows,
+    instance_function_run,
+)
 from instances.job_handlers import instance_settle, relays_run
 from instances.selectors import (
     active_correlations,
@@ -65,6 +79,7 @@ from instances.selectors import (
     state_function,
     subflow_chain,
     view_function,
+    view_variant,
     with_state_etag,
 )
 from instances.services import (
@@ -89,7 +104,9 @@ from vnext.openapi import (
     ACCEPT_LANGUAGE,
     IF_NONE_MATCH,
     PAYLOAD_MODE,
+    PROBLEM_MEDIA_TYPE,
     SYNC,
+    problem,
     responses,
     with_form,
 )
@@ -127,6 +144,18 @@ PAGE = OpenApiParameter(
 PAGE_SIZE = OpenApiParameter(
     "pageSize", {"type": "integer", "minimum": 1, "maximum": 100}, description="1..100"
 )
+EXTENSIONS = OpenApiParameter(
+    "extensions",
+    {
+        "type": "array",
+        "maxItems": 20,
+        "items": {"type": "string", "pattern": r"^[a-z0-9-]+(,[a-z0-9-]+)*$", "maxLength": 2000},
+    },
+    explode=True,
+    description="extensions to run on request (types 2 and 4), comma separated and/or "
+    "repeated: `?extensions=a,b&extensions=c`. A name that is no extension of the workflow "
+    "for this read gets an error object under its key in `extensions`",
+)
 START_EXAMPLE = OpenApiExample(
     "instance-management-test-workflow",
     value={"key": "order-42", "attributes": {"category": "priority", "priority": 2}},
@@ -155,9 +184,9 @@ def _check_readable(
     request: Request, definition: WorkflowDefinition, instance: InstanceSnapshot
 ) -> frozenset[str]:
     """The caller's roles on `instance`, or 403 when the current state's query roles (else
-    the workflow's) refuse them."""
+    the workflow's; a parent's SubFlow override replaces the state's) refuse them."""
     roles = _roles_on(request, instance)
-    if not readable(definition, instance.current_state, roles):
+    if not readable(definition, instance.current_state, roles, instance.overrides):
         raise VNextError(
             Codes.AUTHORIZATION_DENIED,
             f"your roles may not read instances in state {instance.current_state!r}",
@@ -173,10 +202,14 @@ def _readable_snapshot(request: Request, domain: str, workflow: str, ref: str) -
     return snapshot
 
 
+def _headers(request: Request) -> dict[str, str]:
+    return {k.lower(): v for k, v in request.headers.items()}
+
+
 def _info(request: Request) -> RequestInfo:
     return RequestInfo(
         actor=request.user.get_username() if request.user.is_authenticated else "",
-        headers={k.lower(): v for k, v in request.headers.items()},
+        headers=_headers(request),
         query=dict(request.query_params.items()),
         caller=lambda: _caller(request),
     )
@@ -275,21 +308,46 @@ def _sync_answer(
 
 def _shown_envelope(instance: InstanceSnapshot, request: Request | None) -> dict[str, Any]:
     """The envelope with the data the caller may see: none when the state's query roles
-    refuse them, else through the master schema's field rules. No request: as stored."""
+    refuse them, else through the master schema's field rules, and then the extensions of a
+    single-instance read. No request: as stored, without extensions."""
     body = envelope(instance)
     if request is None:
         return body
     definition = workflow_definition(
         instance.domain, instance.workflow_key, instance.workflow_version
     )
-    if not definition.query_roles(instance.current_state) and master_schema(definition) is None:
-        return body  # nothing to decide: no groups query
-    roles = _roles_on(request, instance)
-    if not readable(definition, instance.current_state, roles):
-        body["attributes"] = {}
-    else:
+    overrides = instance.overrides
+    rules = definition.query_roles(instance.current_state, overrides)
+    if rules or master_schema(definition) is not None:  # else nothing to decide: no groups query
+        roles = _roles_on(request, instance)
+        if not readable(definition, instance.current_state, roles, overrides):
+            body["attributes"] = {}
+            return body  # nor extensions: they would show what the caller may not read
         body["attributes"] = shown_attributes(definition, instance, roles)
+    body["extensions"] = _extensions(request, definition, instance, ReadKind.INSTANCE, ())
     return body
+
+
+def _requested_extensions(request: Request) -> tuple[str, ...]:
+    return requested_extensions(request.query_params.getlist("extensions"))
+
+
+def _extensions(
+    request: Request,
+    definition: WorkflowDefinition,
+    instance: InstanceSnapshot,
+    read: ReadKind,
+    requested: tuple[str, ...],
+) -> dict[str, Any]:
+    """The `extensions` of an instance in this answer (the caller may read it)."""
+    return instance_extensions(
+        definition,
+        instance,
+        read,
+        requested=requested,
+        headers=_headers(request),
+        query=dict(request.query_params.items()),
+    )
 
 
 def _retried(instance: InstanceSnapshot, outcome: InstanceOutcome | None = None) -> dict[str, Any]:
@@ -500,20 +558,26 @@ class InstanceDetailView(ApiView):
     @extend_schema(
         operation_id="instance_get",
         tags=["instances"],
-        parameters=[*INSTANCE_PATH, IF_NONE_MATCH],
+        parameters=[*INSTANCE_PATH, IF_NONE_MATCH, EXTENSIONS],
         responses=responses({200: InstanceSerializer, 304: NOT_MODIFIED}),
         summary="Get an instance",
     )
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
-        """The instance with its metadata; 304 for a matching If-None-Match."""
+        """The instance with its metadata and extensions; 304 for a matching If-None-Match
+        (with extensions, the ETag covers their output too)."""
+        requested = _requested_extensions(request)
         snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
         definition = workflow_definition(domain, snapshot.workflow_key, snapshot.workflow_version)
         roles = _check_readable(request, definition, snapshot)
-        if _not_modified(request, snapshot.etag):
-            return _with_etags(Response(status=status.HTTP_304_NOT_MODIFIED), snapshot)
+        extensions = _extensions(request, definition, snapshot, ReadKind.INSTANCE, requested)
+        etag = extensions_etag(snapshot.etag, extensions)
+        if _not_modified(request, etag):
+            response = _with_etags(Response(status=status.HTTP_304_NOT_MODIFIED), snapshot)
+            return _etag(response, etag)
         body = instance_detail(snapshot, active_incident(snapshot))
         body["attributes"] = shown_attributes(definition, snapshot, roles)
-        return _with_etags(Response(body), snapshot)
+        body["extensions"] = extensions
+        return _etag(_with_etags(Response(body), snapshot), etag)
 
 
 class InstanceListView(ApiView):
@@ -524,13 +588,14 @@ class InstanceListView(ApiView):
     @extend_schema(
         operation_id="instance_list",
         tags=["instances"],
-        parameters=[*WORKFLOW_PATH, FILTER, SORT, PAGE, PAGE_SIZE],
+        parameters=[*WORKFLOW_PATH, FILTER, SORT, PAGE, PAGE_SIZE, EXTENSIONS],
         responses=responses({200: InstancePageSerializer}),
         summary="List instances",
     )
     def get(self, request: Request, domain: str, workflow: str) -> Response:
-        """A page of instances with next/prev links."""
+        """A page of instances with next/prev links, each with its extensions."""
         params = request.query_params
+        requested = _requested_extensions(request)
         caller = _caller(request)
         page = instance_list(
             domain=domain,
@@ -540,6 +605,7 @@ class InstanceListView(ApiView):
             page=params.get("page"),
             page_size=params.get("pageSize"),
             visible=readable_instances(domain, workflow, caller),
+            roles=caller.roles,
         )
 
         def link(number: int) -> str:
@@ -549,12 +615,19 @@ class InstanceListView(ApiView):
             return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
 
         incidents = active_incidents([row.pk for row in page.items])
+        extensions = listed_extensions(
+            page.items,
+            requested=requested,
+            headers=_headers(request),
+            query=dict(params.items()),
+        )
         return Response(
             {
                 "items": [
                     {
                         **list_item(row, incidents.get(row.pk)),
                         "attributes": listed_attributes(row, caller),
+                        "extensions": extensions.get(row.pk, {}),
                     }
                     for row in page.items
                 ],
@@ -670,6 +743,7 @@ class InstanceFunctionView(ApiView):
             return _authorize(request, definition, snapshot)
         roles = _check_readable(request, definition, snapshot)
         if function == "data":
+            requested = _requested_extensions(request)
             version = request.query_params.get("version")
             if version is not None and len(version) > MAX_VERSION_LENGTH:
                 raise VNextError(
@@ -682,7 +756,11 @@ class InstanceFunctionView(ApiView):
                 # so no ETag.
                 past = data_at_version(snapshot, version)
                 shown = shown_attributes(definition, past, roles) if past is not None else None
-                return Response(data_function(snapshot, shown) | {"data": shown})
+                extensions = _extensions(
+                    request, definition, snapshot, ReadKind.INSTANCE, requested
+                )
+                body = data_function(snapshot, shown) | {"data": shown, "extensions": extensions}
+                return Response(body)
 
             def shown_data() -> tuple[Any, str]:
                 shown = shown_attributes(definition, snapshot, roles)
@@ -694,11 +772,18 @@ class InstanceFunctionView(ApiView):
                 return shown, etag
 
             shown, etag = function_cached(definition, snapshot, "data", roles, (), shown_data)
+            # Extensions carry live data: never cached, and part of the answer's tag.
+            extensions = _extensions(request, definition, snapshot, ReadKind.INSTANCE, requested)
+            etag = extensions_etag(etag, extensions)
             if _not_modified(request, etag):
                 return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
-            return _etag(Response(data_function(snapshot, shown, etag=etag)), etag)
+            body = data_function(snapshot, shown, etag=etag) | {"extensions": extensions}
+            return _etag(Response(body), etag)
         if function == "view":
-            variant = (transition_key, request.query_params.get("platform"))
+            headers, query = _headers(request), dict(request.query_params.items())
+            variant = view_variant(
+                definition, snapshot, transition_key, roles=roles, headers=headers, query=query
+            )
             return Response(
                 function_cached(
                     definition,
@@ -706,7 +791,14 @@ class InstanceFunctionView(ApiView):
                     "view",
                     roles,
                     variant,
-                    lambda: view_function(definition, snapshot, transition_key),
+                    lambda: view_function(
+                        definition,
+                        snapshot,
+                        transition_key,
+                        roles=roles,
+                        headers=headers,
+                        query=query,
+                    ),
                 )
             )
         if function == "schema":
@@ -758,6 +850,8 @@ class InstanceFunctionView(ApiView):
             data_base=data_base,
             roles=roles,
             languages=_languages(request),
+            headers=_headers(request),
+            query=dict(request.query_params.items()),
         )
         body = with_state_etag(body)
         etag = body["eTag"]
@@ -770,9 +864,9 @@ def _authorize(
     request: Request, definition: WorkflowDefinition, instance: InstanceSnapshot
 ) -> Response:
     """`functions/authorize` (API.md 3): may the caller (or the roles named by `role`) fire
-    `transitionKey`, acknowledge its long-poll (`ack=true`) or read the instance
-    (`queryRoles=true`, the default question)? 200 `{"allowed": true}` or 403
-    `{"allowed": false}`."""
+    `transitionKey`, acknowledge its long-poll (`ack=true`), run the custom function
+    `functionKey` (its `roles`) or read the instance (`queryRoles=true`, the default
+    question)? 200 `{"allowed": true}` or 403 `{"allowed": false}`."""
     params = request.query_params
     named = [r for value in params.getlist("role") for r in value.split(",") if r.strip()]
     if named:
@@ -793,20 +887,25 @@ def _authorize(
                 f"no transition {transition_key!r} in state {state!r}",
                 instance_id=str(instance.id),
             )
-        verdict = transition.allows(state, roles)
+        verdict = transition.allows(state, roles, instance.overrides)
     elif ack:
         long_poll = definition.states[state].long_poll if state in definition.states else None
         awaiting = instance.busy_owner.startswith(LONG_POLL_OWNER_PREFIX)
         verdict = not awaiting or long_poll is None or allowed(long_poll.get("roles"), roles)
     elif params.get("functionKey"):
-        raise VNextError(
-            Codes.APP_INVALID_REQUEST,
-            "custom functions are not supported by this version: nothing to authorize",
-            [Violation("/functionKey", "custom functions are not supported by this version")],
-        )
+        function_key = str(params.get("functionKey"))
+        function = declared_function(definition, function_key)
+        if function is None:
+            raise VNextError(
+                Codes.FUNCTION_NOT_FOUND,
+                f"workflow {definition.key} declares no function {function_key!r}",
+                instance_id=str(instance.id),
+            )
+        # The function's own roles (running it also needs the instance to be readable).
+        verdict = function_allows(function, roles)
     else:
         # `queryRoles=true`, and the question asked when none is: may the caller read it?
-        verdict = readable(definition, state, roles)
+        verdict = readable(definition, state, roles, instance.overrides)
     code = status.HTTP_200_OK if verdict else status.HTTP_403_FORBIDDEN
     return Response({"allowed": verdict}, status=code)
 
@@ -891,6 +990,7 @@ InstanceDataFunctionView = _function_view(
             {"type": "string", "maxLength": MAX_VERSION_LENGTH},
             description="the data as of this data version (`1.0.3`); null when it never had it",
         ),
+        EXTENSIONS,
     ],
     summary="Data function: the instance data the caller may see",
 )
@@ -919,11 +1019,135 @@ InstanceAuthorizeFunctionView = _function_view(
         OpenApiParameter("queryRoles", OpenApiTypes.BOOL, description="may read the instance"),
         OpenApiParameter("ack", OpenApiTypes.BOOL, description="may acknowledge its long-poll"),
         OpenApiParameter(
+            "functionKey",
+            {"type": "string", "maxLength": 100},
+            description="may run this custom function (its roles); 404 when the workflow "
+            "declares none of that key",
+        ),
+        OpenApiParameter(
             "role", str, description="decide for these roles (comma separated) instead"
         ),
     ],
     summary="Authorize: may the caller (or the named roles) do this?",
 )
+
+FUNCTION_PATH = OpenApiParameter(
+    "function",
+    {"type": "string", "maxLength": 100},
+    OpenApiParameter.PATH,
+    description="the custom function's key (lower-case letters, digits, '-')",
+)
+FUNCTION_ANSWER = OpenApiResponse(
+    OpenApiTypes.ANY,
+    description="`{<functionKey in camelCase>: <output>}`: the output of the function's "
+    "task (its mapping's output handler's object, else the task's response data) or of its "
+    "output script. With `rawResponse: true` the output itself, with the status (and headers) "
+    "its output script or task gave",
+)
+
+
+def _function_responses() -> dict[Any, Any]:
+    answers = responses({200: FUNCTION_ANSWER})
+    answers[(502, PROBLEM_MEDIA_TYPE)] = problem(
+        502, "`Function:ExecutionFailed`: a task or script of the function failed"
+    )
+    answers[(503, PROBLEM_MEDIA_TYPE)] = problem(
+        503, "`Function:CacheFailed`: its cache failed and bypassOnCacheError is false"
+    )
+    return answers
+
+
+def _function_response(answer: FunctionAnswer) -> Response:
+    response = Response(answer.body, status=answer.status)
+    for name, value in answer.headers.items():
+        response[name] = value
+    return response
+
+
+class InstanceCustomFunctionView(ApiView):
+    """A custom function (`sys-functions`) the instance's workflow declares."""
+
+    required_right = Right.READ_INSTANCES
+
+    @extend_schema(
+        operation_id="instance_function_custom",
+        tags=["functions"],
+        parameters=[*INSTANCE_PATH, FUNCTION_PATH],
+        responses=_function_responses(),
+        summary="Custom function: run a function the workflow declares",
+        description="Runs the function's task(s) with this instance as the scripts' context "
+        "(`context.headers`: the request's headers without credentials; `context.query`: its "
+        "query parameters, all passed on). The built-in state, data, view, schema and "
+        "authorize functions have their own routes and always win. 403 when the state's query "
+        "roles or the function's `roles` refuse the caller; 404 `Function:NotFound` when the "
+        "workflow declares no such function; 502 `Function:ExecutionFailed` when a task or "
+        "script fails. A function with `cache` answers from it while the instance is "
+        "unchanged, for its `ttlInSeconds`.",
+    )
+    def get(
+        self, request: Request, domain: str, workflow: str, instance: str, function: str
+    ) -> Response:
+        """Run the declared function `function` on the instance (see the OpenAPI text)."""
+        snapshot = instance_snapshot(domain=domain, workflow=workflow, ref=instance)
+        definition = workflow_definition(domain, snapshot.workflow_key, snapshot.workflow_version)
+        roles = _check_readable(request, definition, snapshot)
+        answer = instance_function_run(
+            definition=definition,
+            instance=snapshot,
+            name=function,
+            roles=roles,
+            headers=_headers(request),
+            query=dict(request.query_params.items()),
+        )
+        return _function_response(answer)
+
+
+class DomainFunctionView(ApiView):
+    """A domain function (`sys-functions`, scope `D`), run without an instance."""
+
+    # A domain-wide grant: the URL names no workflow.
+    required_right = Right.READ_INSTANCES
+
+    @extend_schema(
+        operation_id="domain_function",
+        tags=["functions"],
+        parameters=[
+            WORKFLOW_PATH[0],
+            FUNCTION_PATH,
+            OpenApiParameter(
+                "version",
+                {"type": "string", "maxLength": MAX_VERSION_LENGTH},
+                description="the function's version (default: the newest)",
+            ),
+        ],
+        responses=_function_responses(),
+        summary="Domain function: run a domain-scoped function",
+        description="Runs a function of scope `D` of the domain (its newest version unless "
+        "`version` is given) without an instance: `context.instance` is empty, "
+        "`context.headers` and `context.query` are the request's. Needs a domain-wide "
+        "read-instances grant. 403 when the function's `roles` refuse the caller; 404 "
+        "`Function:NotFound` for no such function or one of another scope; 502 "
+        "`Function:ExecutionFailed` when a task or script fails.",
+    )
+    def get(self, request: Request, domain: str, function: str) -> Response:
+        """Run the domain function (see the OpenAPI text)."""
+        version = request.query_params.get("version")
+        if version is not None and len(version) > MAX_VERSION_LENGTH:
+            raise VNextError(
+                Codes.APP_INVALID_REQUEST,
+                f"version is at most {MAX_VERSION_LENGTH} characters",
+                [Violation("/version", f"a version of at most {MAX_VERSION_LENGTH} characters")],
+            )
+        query = {k: v for k, v in request.query_params.items() if k != "version"}
+        answer = domain_function_run(
+            domain=domain,
+            name=function,
+            version=version,
+            roles=_caller(request).roles,
+            headers=_headers(request),
+            query=query,
+        )
+        return _function_response(answer)
 
 
 class SubflowForwardView(ApiView):

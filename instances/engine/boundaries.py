@@ -7,10 +7,19 @@ lowest `priority` wins, then the more specific one (an exact code before a statu
 before a pattern, any of those before a wildcard), then definition order. A wildcard rule left
 at the default priority counts as 999, so a specific rule at the default priority beats it.
 
-When no level defines a rule at all, nothing handles the failure: a task that got an answer
-(an HTTP call that answered 500, timed out or could not connect) hands it to its output handler
-and the pipeline goes on, as the vNext runtime does; any other failure faults the instance. When
-some level defines rules but none matches, the instance faults.
+A timeout (`errors.is_timeout`: `Task:Http:Timeout`, `Script:Timeout`, `FanOut:ItemTimeout`,
+`FanOut:BatchTimeout`) is first offered to a level's `onTimeout` policy: at a level that has one,
+it decides (before that level's `onError` rules); a level without one matches the timeout with
+its `onError` rules as any other failure, then the next level does the same. An `onTimeout`
+policy is one rule with the same actions, its retry policy named `defaultRetryPolicy`; once its
+retries are spent the failure goes on to that level's `onError` rules (without Retry), then to
+the next levels, as an exhausted `onError` retry does.
+
+When no level defines a rule at all (nor an `onTimeout` policy, for a timeout), nothing handles
+the failure: a task that got an answer (an HTTP call that answered 500, timed out or could not
+connect) hands it to its output handler and the pipeline goes on, as the vNext runtime does;
+any other failure faults the instance. When some level defines rules but none matches, the
+instance faults.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from django.utils.dateparse import parse_duration
+
+from instances.engine.errors import is_timeout
 
 DEFAULT_PRIORITY = 100
 WILDCARD_PRIORITY = 999
@@ -147,6 +158,8 @@ class ErrorRule:
     retry_policy: RetryPolicy | None
     log_only: bool
     index: int
+    # An `onTimeout` policy rather than an `onError` rule (it matches timeouts only).
+    on_timeout: bool = False
 
     @staticmethod
     def parse(raw: dict[str, Any], index: int) -> ErrorRule | None:
@@ -175,6 +188,34 @@ class ErrorRule:
             log_only=bool(raw.get("logOnly")),
             index=index,
         )
+
+    @staticmethod
+    def parse_timeout_policy(raw: Any) -> ErrorRule | None:
+        """The rule of an `onTimeout` policy (`action`, `defaultRetryPolicy`, `transition`);
+        None for null or a policy with no valid action (publish-time validation refuses it)."""
+        if not isinstance(raw, dict):
+            return None
+        action = parse_action(raw.get("action"))
+        if action is None:
+            return None
+        return ErrorRule(
+            action=action,
+            error_types=(),
+            error_codes=(),
+            transition=str(raw.get("transition") or ""),
+            priority=0,
+            retry_policy=RetryPolicy.parse(raw.get("defaultRetryPolicy"))
+            if action is BoundaryAction.RETRY
+            else None,
+            log_only=False,
+            index=0,
+            on_timeout=True,
+        )
+
+    @property
+    def source(self) -> str:
+        """Where the rule is written: `onTimeout` or `onError`."""
+        return "onTimeout" if self.on_timeout else "onError"
 
     @property
     def effective_action(self) -> BoundaryAction:
@@ -237,19 +278,35 @@ def parse_boundary(raw: Any) -> tuple[ErrorRule, ...]:
 
 @dataclass(frozen=True)
 class BoundaryLevels:
-    """The rules that apply to one task, level by level (task, state, workflow)."""
+    """The rules that apply to one task, level by level (task, state, workflow), and the
+    levels' `onTimeout` policies."""
 
     levels: tuple[tuple[BoundaryLevel, tuple[ErrorRule, ...]], ...] = field(default=())
+    timeouts: tuple[tuple[BoundaryLevel, ErrorRule], ...] = field(default=())
 
     @property
     def defined(self) -> bool:
-        """True when any level defines a rule: an unmatched failure then faults."""
+        """True when any level defines an `onError` rule: an unmatched failure then faults."""
         return any(rules for _, rules in self.levels)
 
+    def defined_for(self, error: TaskError) -> bool:
+        """True when some level has something for `error`: an `onError` rule, or an
+        `onTimeout` policy when it is a timeout (an `onTimeout` alone leaves other failures
+        unhandled, as if no boundary were defined)."""
+        return self.defined or (bool(self.timeouts) and is_timeout(error.code))
+
     def decide(self, error: TaskError, *, without_retry: bool = False) -> Decision | None:
-        """The rule that handles `error`: the first level with a match decides, by priority,
-        then specificity, then order. `without_retry` leaves Retry rules out (exhausted)."""
+        """The rule that handles `error`: the first level with a match decides; a timeout goes
+        to the level's `onTimeout` policy first, else its `onError` rules by priority, then
+        specificity, then order. `without_retry` leaves Retry rules and policies out
+        (exhausted)."""
+        policies = dict(self.timeouts) if is_timeout(error.code) else {}
         for level, rules in self.levels:
+            policy = policies.get(level)
+            if policy is not None and not (
+                without_retry and policy.effective_action is BoundaryAction.RETRY
+            ):
+                return Decision(policy, level)
             ranked = [
                 (rule.priority, -score, rule.index, rule)
                 for rule in rules
@@ -283,14 +340,22 @@ def boundary_levels(
         (BoundaryLevel.STATE, state_boundary),
         (BoundaryLevel.GLOBAL, workflow_boundary),
     )
-    return BoundaryLevels(tuple((level, parse_boundary(raw)) for level, raw in candidates))
+    candidates = tuple(candidates)
+    timeouts = tuple(
+        (level, policy)
+        for level, raw in candidates
+        if isinstance(raw, dict)
+        if (policy := ErrorRule.parse_timeout_policy(raw.get("onTimeout"))) is not None
+    )
+    return BoundaryLevels(
+        tuple((level, parse_boundary(raw)) for level, raw in candidates), timeouts
+    )
 
 
 # The error type of each failure, for `errorTypes` (matched case-insensitively, with or without
-# the `Exception` suffix). Codes not listed are `TaskException`.
+# the `Exception` suffix). Timeouts (`is_timeout`) are `TimeoutException`; codes not listed are
+# `TaskException`.
 _ERROR_TYPES: tuple[tuple[str, str], ...] = (
-    ("Task:Http:Timeout", "TimeoutException"),
-    ("Script:Timeout", "TimeoutException"),
     ("Task:Http:*", "HttpRequestException"),
     ("Task:Script:*", "ScriptException"),
     ("Script:ResourceLimit", "ScriptResourceException"),
@@ -305,6 +370,8 @@ _ERROR_TYPES: tuple[tuple[str, str], ...] = (
 
 def error_type_of(code: str) -> str:
     """The `errorTypes` name of a failure code (`Task:Http:503` -> `HttpRequestException`)."""
+    if is_timeout(code):
+        return "TimeoutException"
     return next(
         (name for pattern, name in _ERROR_TYPES if fnmatchcase(code, pattern)), "TaskException"
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from instances.engine.overrides import NO_OVERRIDES, SubflowOverrides
 from instances.engine.roles import all_allowed
 from instances.engine.scripts import DEFAULT_ALLOWED_MODULES
 from instances.status import StateType, Trigger
@@ -34,6 +35,7 @@ class TransitionKind:
 
 SUBFLOW_RESUME_KEY = "$subflow-resume"
 LONG_POLL_ACK_KEY = "$longpoll-ack"
+ON_TIMEOUT_MOVE_KEY = "$on-timeout"
 DEFAULT_FALLBACK_SECONDS = 60
 
 
@@ -103,18 +105,25 @@ class TransitionDef:
                 return True
         return False
 
-    def role_lists(self, state: str) -> list[Any]:
+    def role_lists(self, state: str, overrides: SubflowOverrides = NO_OVERRIDES) -> list[Any]:
         """The grant lists a caller must pass to fire this transition in `state`: its `roles`
-        and the `roles` of its `availableIn` entry for `state` (seed 001: AND)."""
+        and the `roles` of its `availableIn` entry for `state` (seed 001: AND). A parent's
+        SubFlow override of the transition's roles replaces them all (replace mode)."""
+        replaced = overrides.transition_roles(self.key)
+        if replaced is not None:
+            return [replaced]
         lists: list[Any] = [self.raw.get("roles")]
         for entry in self.raw.get("availableIn") or []:
             if isinstance(entry, dict) and entry.get("state") == state:
                 lists.append(entry.get("roles"))
         return lists
 
-    def allows(self, state: str, roles: frozenset[str]) -> bool:
-        """A caller holding `roles` (instance-relative ones included) may fire it in `state`."""
-        return all_allowed(self.role_lists(state), roles)
+    def allows(
+        self, state: str, roles: frozenset[str], overrides: SubflowOverrides = NO_OVERRIDES
+    ) -> bool:
+        """A caller holding `roles` (instance-relative ones included) may fire it in `state`
+        (under the `overrides` of the SubFlow state that started the instance)."""
+        return all_allowed(self.role_lists(state, overrides), roles)
 
 
 @dataclass(frozen=True)
@@ -236,10 +245,14 @@ class WorkflowDefinition:
         extra = scripts.get("allowedModules") or [] if isinstance(scripts, dict) else []
         return DEFAULT_ALLOWED_MODULES | frozenset(m for m in extra if isinstance(m, str))
 
-    def query_roles(self, state: str) -> list[Any]:
+    def query_roles(self, state: str, overrides: SubflowOverrides = NO_OVERRIDES) -> list[Any]:
         """The `queryRoles` deciding reads while an instance is in `state`: the state's own
-        when it has any, else the workflow's (seed 001 "Query Roles")."""
+        when it has any, else the workflow's (seed 001 "Query Roles"). A parent's SubFlow
+        override of the state's query roles replaces the state's own."""
+        replaced = overrides.query_roles(state)
         own = self.states[state].query_roles if state in self.states else []
+        if replaced is not None:
+            own = replaced
         if own:
             return own
         value = self.attributes.get("queryRoles")
@@ -279,6 +292,20 @@ class WorkflowDefinition:
             "versionStrategy": "None",
         }
         return TransitionDef(raw, TransitionKind.LONG_POLL_ACK, state)
+
+    def on_timeout_move(self, state: str, from_state: str) -> TransitionDef | None:
+        """The hop an `onTimeout` policy's `transition` runs when it names a state rather than a
+        transition (the schema describes it as "the state key to transition to on timeout"):
+        it enters `state` with no tasks of its own. None when there is no such state."""
+        if state not in self.states:
+            return None
+        raw = {
+            "key": ON_TIMEOUT_MOVE_KEY,
+            "target": state,
+            "triggerType": Trigger.AUTOMATIC,
+            "versionStrategy": self.states[state].raw.get("versionStrategy") or "None",
+        }
+        return TransitionDef(raw, TransitionKind.STATE, from_state)
 
     def specials(self) -> Iterator[TransitionDef]:
         """cancel, exit and updateData, where defined."""

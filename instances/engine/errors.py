@@ -71,6 +71,12 @@ class Codes:
         "Task:Trigger:Config", 502, "Trigger task configuration is incomplete"
     )
     DATA_REFUSED = ErrorCode("Instance:DataRefused", 400, "The data cannot be stored")
+    # The server's keys, not the request, are at fault: nothing is written, nothing is shown.
+    ENCRYPTION_KEY_UNAVAILABLE = ErrorCode(
+        "Encryption:KeyUnavailable",
+        503,
+        "Fields encrypted at rest cannot be sealed or opened with the configured keys",
+    )
     STRANDED_BUSY = ErrorCode(
         "Instance:StrandedBusy", 500, "Busy with no live owner; faulted by the reaper"
     )
@@ -106,6 +112,16 @@ class Codes:
         "FanOut:OutputHandlerFailed", 500, "Fan-out output handler failed"
     )
     NOT_AN_EVENT_TRANSITION = ErrorCode("NotAnEventTransition", 400, "Not an event transition")
+    FUNCTION_NOT_FOUND = ErrorCode("Function:NotFound", 404, "Function not found")
+    FUNCTION_FAILED = ErrorCode("Function:ExecutionFailed", 502, "Function failed")
+    FUNCTION_CACHE_FAILED = ErrorCode(
+        "Function:CacheFailed", 503, "The function's cache is unavailable"
+    )
+    # Reported inside the `extensions` of an answer (the read itself succeeds).
+    EXTENSION_NOT_FOUND = ErrorCode(
+        "Extension:NotFound", 404, "No such extension for this workflow and read"
+    )
+    EXTENSION_FAILED = ErrorCode("Extension:ExecutionFailed", 502, "Extension failed")
     FILTER_INVALID = ErrorCode("invalid_filter", 400, "Invalid filter")
     FILTER_UNSUPPORTED_OPERATOR = ErrorCode(
         "unsupported_operator", 400, "Unsupported filter operator"
@@ -129,6 +145,25 @@ class Codes:
     def task_http(status: int) -> ErrorCode:
         """The code of an HTTP task that answered `status` (`Task:Http:503`)."""
         return ErrorCode(f"Task:Http:{status}", 502, f"HTTP task answered {status}")
+
+
+# The failures that ran out of time: an HTTP call, a script stopped at its deadline, a fan-out
+# item or batch. An error boundary's `onTimeout` policy handles these (and only these), and
+# `errorTypes` matches them as `TimeoutException`.
+TIMEOUT_CODES = frozenset(
+    error.code
+    for error in (
+        Codes.TASK_HTTP_TIMEOUT,
+        Codes.SCRIPT_TIMEOUT,
+        Codes.FAN_OUT_ITEM_TIMEOUT,
+        Codes.FAN_OUT_BATCH_TIMEOUT,
+    )
+)
+
+
+def is_timeout(code: str) -> bool:
+    """True when a failure's public code says it timed out (`Task:Http:Timeout`, ...)."""
+    return code in TIMEOUT_CODES
 
 
 def all_codes() -> list[ErrorCode]:

@@ -54,6 +54,12 @@ from instances.engine.script_runner import ScriptHandle, response_data, stopped_
 from instances.engine.script_wire import ScriptObject
 from instances.engine.scripts import ScriptError
 from instances.engine.task_types.base import StandardResponse, TaskFailure
+from instances.engine.telemetry import (
+    FAN_OUT_BATCHES,
+    FAN_OUT_ITEMS,
+    FAN_OUT_SATURATED,
+    FAN_OUT_SECONDS,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -445,6 +451,7 @@ class _Batch:
             if bulkhead.running >= bulkhead.limit:
                 if not self.saturated:
                     self.saturated = True
+                    FAN_OUT_SATURATED.inc()
                     logger.warning(
                         "FanOutBulkheadSaturated task=%s instance=%s limit=%d: items wait for "
                         "the process-wide fan-out limit",
@@ -602,6 +609,7 @@ class FanOutTask:
             release=self.release,
         )
         for item in result.items:
+            FAN_OUT_ITEMS.labels(_item_outcome(item)).inc()
             if not item.is_success:
                 logger.warning(
                     "FanOutItemFailed task=%s instance=%s item=%s index=%d code=%s",
@@ -625,7 +633,10 @@ class FanOutTask:
         )
         output = self._output(result)
         failure = None
-        if not result.joined(self.config.policy, self.config.min_success):
+        joined = result.joined(self.config.policy, self.config.min_success)
+        FAN_OUT_BATCHES.labels("succeeded" if joined else "failed").inc()
+        FAN_OUT_SECONDS.observe(result.duration_ms / 1000)
+        if not joined:
             failure = TaskFailure(
                 Codes.FAN_OUT_JOIN_FAILED,
                 f"join policy {self.config.policy} not met: {result.succeeded} of "
@@ -754,3 +765,18 @@ class FanOutTask:
                 value = response_data(returned)
                 return value if isinstance(value, dict) else {}
         return default_output(result, self.config.result_key)
+
+
+# The item outcomes `vnext_fan_out_items` counts, by the item's error code.
+_ITEM_OUTCOMES = {
+    Codes.FAN_OUT_ITEM_TIMEOUT.code: "timed_out",
+    Codes.FAN_OUT_BATCH_TIMEOUT.code: "timed_out",
+    Codes.FAN_OUT_ITEM_CANCELLED.code: "cancelled",
+    Codes.FAN_OUT_ITEM_NOT_STARTED.code: "not_started",
+}
+
+
+def _item_outcome(item: ItemResult) -> str:
+    if item.is_success:
+        return "succeeded"
+    return _ITEM_OUTCOMES.get(item.error_code or "", "failed")

@@ -14,6 +14,7 @@ others get 409 `Instance:100031`.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from instances.engine.scripts import ScriptError
 from instances.engine.steps import STEPS
 from instances.engine.task_types import TaskFailure
 from instances.engine.tasks import TaskOutcome, TaskRunner
+from instances.engine.telemetry import bound, span, timed_step, transition_done
 from instances.status import InstanceStatus, JobKind, TransitionStatus, Trigger
 
 logger = logging.getLogger("vnext.pipeline")
@@ -196,6 +198,8 @@ class Hop:
     row_committed: bool = False
     # updateData on a parent waiting for its child: data only, no automatic transition (21).
     data_only: bool = False
+    # The notification tasks' messages this hop staged (jobs), dropped if the hop faults.
+    notification_jobs: list[JobRow] = field(default_factory=list)
 
     @property
     def transition(self) -> TransitionDef:
@@ -285,6 +289,44 @@ class Execution:
         return hop
 
     def _run_hop(self, hop: Hop) -> None:
+        """Run one hop, counted and timed by outcome (`vnext_transitions`), inside a
+        `transition` span, its log lines bound to the instance and the transition."""
+        key = hop.transition.key
+        instance = self.instance
+        started = time.perf_counter()
+        outcome = "faulted"
+        with (
+            bound(instance_id=str(instance.id), transition=key),
+            span(
+                f"transition {key}",
+                domain=instance.domain,
+                workflow=instance.workflow_key,
+                instance_id=str(instance.id),
+                transition=key,
+                trigger=int(hop.request.trigger),
+            ),
+        ):
+            try:
+                self._run_steps(hop)
+                if self.awaiting_retry is not None:
+                    outcome = "retry_scheduled"
+                elif hop.next_trigger == Trigger.ERROR_BOUNDARY:
+                    outcome = "diverted"
+                else:
+                    outcome = "completed"
+            except Rejected:
+                outcome = "rejected"
+                raise
+            finally:
+                transition_done(
+                    domain=instance.domain,
+                    workflow=instance.workflow_key,
+                    transition=key,
+                    outcome=outcome,
+                    seconds=time.perf_counter() - started,
+                )
+
+    def _run_steps(self, hop: Hop) -> None:
         steps = [step for step in self.engine.steps if hop.profile.runs(step.order)]
         resume_at = hop.request.resume_at if hop.depth == 0 else None
         index = 0
@@ -294,7 +336,8 @@ class Execution:
             step = steps[index]
             hop.executed.append(step.order)
             try:
-                outcome = step.run(self, hop)
+                with timed_step(type(step).__name__):
+                    outcome = step.run(self, hop)
             except Rejected:
                 raise
             except _Diverted as diverted:
@@ -464,6 +507,10 @@ class Execution:
         )
         if isinstance(exc, StoreRefused):
             self._drop_refused_writes(row, incident)
+        # What the faulting hop's notification tasks staged is not sent: a retry runs them
+        # again (messages of an earlier hop, or committed at ChangeState, stand).
+        staged = {id(job) for job in hop.notification_jobs}
+        self.writes.jobs = [job for job in self.writes.jobs if id(job) not in staged]
         self._stage_fault(row, incident)
         try:
             self.flush()
@@ -522,7 +569,8 @@ class Execution:
             state.raw.get("errorBoundary") if state is not None else None,
             self.definition.attributes.get("errorBoundary"),
         )
-        if not levels.defined:
+        error = TaskError(failure.code, failure.status, error_type_of(failure.code))
+        if not levels.defined_for(error):
             if failure.answered:
                 logger.warning(
                     "task %s of %s failed (%s) with no error boundary; its output handler had "
@@ -537,7 +585,6 @@ class Execution:
             # A hop of script tasks runs without Busy; what a boundary does next (a retry job
             # under the reservation, a diverted transition in OwnerReentry) needs it.
             self.ensure_busy()
-        error = TaskError(failure.code, failure.status, error_type_of(failure.code))
         decision = levels.decide(error)
         note = ""
         if decision is not None and decision.action is BoundaryAction.RETRY:
@@ -561,12 +608,14 @@ class Execution:
             raise _Diverted(failure, decision)
         logger.log(
             logging.WARNING if action is BoundaryAction.LOG else logging.INFO,
-            "task %s of %s failed (%s): %s by its %s error boundary; the rest of %s is skipped",
+            "task %s of %s failed (%s): %s by its %s error boundary (%s); the rest of %s is "
+            "skipped",
             outcome.key,
             self.instance.id,
             failure.code,
             action.title.lower() + "d" if action is BoundaryAction.IGNORE else "logged",
             decision.level,
+            decision.rule.source,
             phase,
         )
         return True
@@ -624,10 +673,13 @@ class Execution:
     def _divert(self, hop: Hop, failure: TaskFailure, decision: Decision) -> None:
         """Rollback or Notify: the hop ends `diverted`, a resolved incident records why, and
         the rule's transition runs next under the ErrorBoundary profile, inside the Busy
-        ownership this run holds (OwnerReentry)."""
+        ownership this run holds (OwnerReentry). An `onTimeout` policy may name a state instead
+        of a transition (a transition of that key wins): the next hop then just enters it."""
         key = decision.rule.transition
         current = self.instance.current_state
         transition = self.definition.transition_for(current, key) or self.definition.find_any(key)
+        if transition is None and decision.rule.on_timeout:
+            transition = self.definition.on_timeout_move(key, current)
         if transition is None:
             self._fault(hop, failure, decision, f" (its transition {key!r} does not exist)")
         now = self.engine.clock()
@@ -661,12 +713,13 @@ class Execution:
             self.flush()
             self.lock_free = False
         logger.warning(
-            "task %s of %s failed (%s): %s by its %s error boundary to %s",
+            "task %s of %s failed (%s): %s by its %s error boundary (%s) to %s",
             failure.task_key,
             self.instance.id,
             failure.code,
             action.lower(),
             decision.level,
+            decision.rule.source,
             key,
         )
         hop.next_transition = transition

@@ -111,8 +111,11 @@ class Components(Protocol):
 class InstanceReader(Protocol):
     """Reads of other instances, for the Get-instance(s) task types (13, 15, 19)."""
 
-    def instance(self, domain: str, workflow: str, ref: str) -> dict[str, Any] | None:
-        """`{id, key, status, state, data, ...}` of one instance by id or key, or None."""
+    def instance(
+        self, domain: str, workflow: str, ref: str, *, asked_by: uuid.UUID | None = None
+    ) -> dict[str, Any] | None:
+        """`{id, key, status, state, data, ...}` of one instance by id or key, or None; the
+        fields it encrypts at rest are clear only for itself (`asked_by`)."""
         ...
 
     def instances(
@@ -387,6 +390,8 @@ class InMemoryStore:
     def _write_jobs(self, row: InstanceSnapshot, writes: PendingWrites) -> None:
         for job in self.jobs:
             mine = job["instance_id"] == row.id and job["status"] == "pending"
+            if mine and job["kind"] == "timeout" and writes.reschedule_timeout is not None:
+                job["run_at"] = writes.reschedule_timeout
             leaving = job["kind"] == "timer" and job["state"] in writes.cancel_timers_of
             ending = job["kind"] in ("timer", "timeout") and writes.cancel_all_timers
             if mine and (leaving or ending):

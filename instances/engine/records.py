@@ -10,6 +10,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from instances.engine.overrides import SubflowOverrides
+from instances.engine.protection import Opened
 from instances.status import InstanceStatus
 
 
@@ -77,11 +79,21 @@ class InstanceSnapshot:
     completed_at: datetime | None = None
     # The correlation that started this instance as a subflow (S) or subprocess (P) child.
     parent_correlation_id: int | None = None
+    # Fields encrypted at rest, as the store loaded them: path -> stored token and the clear
+    # value in `data` (engine/protection.py). Reads show callers outside the exemption roles
+    # the token; a flush keeps it for an unchanged value. Out of repr: it holds clear values.
+    sealed: dict[tuple[str, ...], Opened] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def data_version_text(self) -> str:
         """The data version as semver text."""
         return ".".join(str(part) for part in self.data_version)
+
+    @property
+    def overrides(self) -> SubflowOverrides:
+        """What the parent's SubFlow state that started it overrides (its views, transition
+        roles and state query roles), pinned in `extra` at its start; empty otherwise."""
+        return SubflowOverrides.of_extra(self.extra)
 
 
 @dataclass
@@ -235,6 +247,8 @@ class PendingWrites:
     jobs: list[JobRow] = field(default_factory=list)
     cancel_timers_of: set[str] = field(default_factory=set)
     cancel_all_timers: bool = False
+    # A workflow timeout that resets (`timer.reset`): its pending job's new deadline.
+    reschedule_timeout: datetime | None = None
     # Terminal status reached: every resource lock the instance holds goes with this flush.
     release_locks: bool = False
     # Close the instance's open incidents: (resolution, who), e.g. ("cancelled", "ops").
@@ -269,6 +283,7 @@ class PendingWrites:
             or self.jobs
             or self.cancel_timers_of
             or self.cancel_all_timers
+            or self.reschedule_timeout is not None
             or self.release_locks
             or self.resolve_incidents is not None
             or self.children

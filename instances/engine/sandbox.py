@@ -12,6 +12,9 @@ This is the first layer of defence, not the boundary (the worker process is: see
 - no `BaseException` beyond `Exception` in the builtins (`SystemExit`, `KeyboardInterrupt`, ...);
 - modules from the closed list only, read-only, handing out no module the workflow did not allow
   and copies of their mutable values;
+- helper libraries (`scripts.helpers`) only when declared for the script: compiled under the same
+  policy, executed with the same guards, allow-list and budget, as fresh read-only modules each
+  call (nothing one call leaves in a helper is seen by the next);
 - a wall-clock budget checked on every loop iteration and function call (the server enforces the
   hard deadline by killing the worker); each call in a fresh decimal context and a fresh module
   namespace, so nothing of one call is seen by the next.
@@ -38,6 +41,7 @@ from RestrictedPython.PrintCollector import PrintCollector
 
 from instances.engine.script_wire import ScriptObject, WireError, encode_result, plain
 from instances.engine.scripts import (
+    HELPERS_PACKAGE,
     MODULE_ATTRIBUTES,
     CompiledScript,
     ScriptError,
@@ -45,7 +49,8 @@ from instances.engine.scripts import (
     ScriptResourceLimit,
     ScriptResponse,
     ScriptTimeout,
-    forbidden_module_reason,
+    helper_of_import,
+    import_refusal,
     is_module_allowed,
 )
 
@@ -247,7 +252,7 @@ class _ReadOnly:
 def _describe(target: Any) -> str:
     if isinstance(target, type):
         return f"the class {target.__name__}"
-    if isinstance(target, types.ModuleType | _ModuleProxy):
+    if isinstance(target, types.ModuleType | _ModuleProxy | _HelperModule | _HelperPackage):
         return "a module"
     return f"a {type(target).__name__} object"
 
@@ -381,6 +386,114 @@ class _ModuleProxy:
         return f"<module {object.__getattribute__(self, '_module').__name__!r} (sandboxed)>"
 
 
+class _HelperModule:
+    """A helper library as scripts see it: the public names its code defined in this call,
+    read-only (its own objects stay as writable as a script's own)."""
+
+    __slots__ = ("_name", "_namespace")
+
+    def __init__(self, name: str, namespace: dict[str, Any]) -> None:
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_namespace", namespace)
+
+    def __getattr__(self, name: str) -> Any:
+        helper = object.__getattribute__(self, "_name")
+        namespace = object.__getattribute__(self, "_namespace")
+        if name.startswith("_") or name not in namespace:
+            raise AttributeError(f"helper {helper!r} has no attribute {name!r}")
+        return namespace[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise _Refusal("helpers are read-only in scripts")
+
+    def __delattr__(self, name: str) -> None:
+        raise _Refusal("helpers are read-only in scripts")
+
+    def __repr__(self) -> str:
+        return f"<helper {object.__getattribute__(self, '_name')!r}>"
+
+
+class _HelperPackage:
+    """The `helpers` package: the helpers declared for the script, by name."""
+
+    __slots__ = ("_loader",)
+
+    def __init__(self, loader: _Helpers) -> None:
+        object.__setattr__(self, "_loader", loader)
+
+    def __getattr__(self, name: str) -> Any:
+        loader = object.__getattribute__(self, "_loader")
+        if name.startswith("_") or name not in loader.compiled:
+            raise AttributeError(f"no helper {name!r} is declared for this script")
+        return loader.load(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise _Refusal("helpers are read-only in scripts")
+
+    def __delattr__(self, name: str) -> None:
+        raise _Refusal("helpers are read-only in scripts")
+
+    def __repr__(self) -> str:
+        return f"<package {HELPERS_PACKAGE!r} (sandboxed)>"
+
+
+class _Helpers:
+    """The helpers one call may import, loaded on first import within the call: each helper's
+    code runs once per call, in a fresh namespace with the script's guards, allow-list, budget
+    and log, and may itself import the other declared helpers (a cycle is refused)."""
+
+    def __init__(
+        self,
+        compiled: Mapping[str, CompiledScript],
+        allowed: frozenset[str],
+        budget: _Budget,
+        log: ScriptLog,
+    ) -> None:
+        self.compiled = dict(compiled)
+        self.allowed = allowed
+        self.budget = budget
+        self.log = log
+        self.loaded: dict[str, _HelperModule] = {}
+        self.loading: set[str] = set()
+        self.package = _HelperPackage(self)
+
+    @property
+    def locations(self) -> dict[str, str]:
+        """Helper name by the location its code objects carry (for error lines)."""
+        return {compiled.location: name for name, compiled in self.compiled.items()}
+
+    def load(self, name: str) -> _HelperModule:
+        """The helper `name` as a module of this call, running its code the first time."""
+        module = self.loaded.get(name)
+        if module is not None:
+            return module
+        if name in self.loading:
+            raise _Refusal(f"helper {name!r} imports itself (a circular import of helpers)")
+        compiled = self.compiled[name]
+        self.loading.add(name)
+        try:
+            namespace = _namespace(self.allowed, self.budget, self.log, self)
+            namespace["__name__"] = f"{HELPERS_PACKAGE}.{name}"
+            exec(compiled.code, namespace)
+        finally:
+            self.loading.discard(name)
+        module = self.loaded[name] = _HelperModule(name, namespace)
+        return module
+
+    def import_(self, module: str, fromlist: Any) -> Any:
+        """What `import <module>` (or `from <module> import ...`) of a declared helper gives
+        (the import is admitted: see `import_refusal`)."""
+        if module == HELPERS_PACKAGE:
+            return self.package
+        name = helper_of_import(module)
+        assert name is not None
+        helper = self.load(name)
+        # `import helpers.x` binds `helpers`; `from helpers.x import f` reads from x.
+        if module.startswith(HELPERS_PACKAGE + ".") and not fromlist:
+            return self.package
+        return helper
+
+
 class _LoggingPrint(PrintCollector):
     """`print()` in a script goes to the call's log lines, not to any stream."""
 
@@ -469,7 +582,7 @@ _C_LAZY_IMPORTS = frozenset({"time", "_strptime"})
 
 
 def _namespace(
-    compiled: CompiledScript, allowed: frozenset[str], budget: _Budget, log: ScriptLog
+    allowed: frozenset[str], budget: _Budget, log: ScriptLog, helpers: _Helpers
 ) -> dict[str, Any]:
     def guarded_import(
         name: str, globals_: Any = None, locals_: Any = None, fromlist: Any = (), level: int = 0
@@ -482,11 +595,17 @@ def _namespace(
             # calling frame's __import__ with an empty list, then reads sys.modules itself. A
             # script's own import passes None or a tuple, so it still meets the checks below.
             return sys.modules.get(name) or builtins.__import__(name)
+        # `from helpers import a, b` asks for the helpers a and b, as the publish check reads it.
+        asked = [name]
+        if name == HELPERS_PACKAGE and fromlist:
+            asked = [f"{HELPERS_PACKAGE}.{item}" for item in fromlist]
+        for module in asked:
+            refusal = import_refusal(module, allowed, helpers.compiled)
+            if refusal is not None:
+                raise _Refusal(refusal)
         if not is_module_allowed(name, allowed):
-            raise _Refusal(
-                forbidden_module_reason(name)
-                or f"import of {name!r} is not allowed (allowed: {', '.join(sorted(allowed))})"
-            )
+            # Admitted and not a module: a helper declared for this script.
+            return helpers.import_(name, fromlist)
         return _ModuleProxy(builtins.__import__(name, {}, {}, (), 0), allowed)
 
     def guarded_iter(iterable: Any) -> Iterator[Any]:
@@ -549,17 +668,21 @@ def run_call(
     allowed_modules: frozenset[str],
     timeout_seconds: float,
     return_arguments: tuple[int, ...] = (),
+    helpers: Mapping[str, CompiledScript] | None = None,
 ) -> CallOutcome:
     """Execute the script's module body in a fresh namespace and call `handler(*args)`, then
-    convert what it returned (and the arguments listed in `return_arguments`) to plain JSON."""
+    convert what it returned (and the arguments listed in `return_arguments`) to plain JSON.
+    `helpers` are the helper libraries the script may import, by module name; each one it
+    imports runs within this call's budget, in a namespace of this call."""
     log = ScriptLog()
     budget = _Budget(timeout_seconds)
     location = compiled.location
     outcome = CallOutcome(log=log.lines)
+    loader = _Helpers(helpers or {}, allowed_modules, budget, log)
     budget.start()
     try:
         with decimal.localcontext(fresh_decimal_context()):
-            namespace = _namespace(compiled, allowed_modules, budget, log)
+            namespace = _namespace(allowed_modules, budget, log, loader)
             exec(compiled.code, namespace)
             function = _resolve(namespace, handler, lambda cls: cls())
             if function is None:
@@ -573,7 +696,23 @@ def run_call(
     except BaseException as exc:  # every failure of a script becomes its error
         outcome.error = _script_error(exc, location, budget)
         outcome.exhausted_memory = isinstance(exc, MemoryError)
+        if not isinstance(exc, ScriptError):
+            _name_helper_line(outcome.error, exc, loader.locations)
     return outcome
+
+
+def _name_helper_line(error: ScriptError, exc: BaseException, helpers: dict[str, str]) -> None:
+    # A failure inside helper code: say which helper and line, beside the script's own line.
+    try:
+        frames = [
+            (frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(exc.__traceback__)
+        ]
+    except Exception:  # a traceback is a hint, never a second failure
+        return
+    known = [(where, line) for where, line in frames if where in helpers or where == error.location]
+    if known and known[-1][0] in helpers:
+        where, line = known[-1]
+        error.message = f"{error.message} (in helper {helpers[where]!r}, line {line})"
 
 
 def _script_error(exc: BaseException, location: str, budget: _Budget) -> ScriptError:

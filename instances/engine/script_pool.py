@@ -38,11 +38,13 @@ from instances.engine.scripts import (
     ERROR_KINDS,
     ScriptCompileError,
     ScriptError,
+    ScriptHelper,
     ScriptResourceLimit,
     ScriptTimeout,
     ScriptUnavailable,
     source_hash,
 )
+from instances.engine.telemetry import SCRIPT_RESTARTS, script_called
 
 logger = logging.getLogger("vnext.scripts")
 
@@ -88,7 +90,9 @@ class ScriptCall:
     """One call of a script handler: what to run, with which arguments, under which limits.
 
     `return_arguments` lists the positions of arguments whose state after the call is wanted
-    back (an input handler may change its `task`)."""
+    back (an input handler may change its `task`). `helpers` are the helper libraries the script
+    may import (its own `scripts.helpers` and its workflow's); like the script, each one's
+    source crosses to a worker only until that worker has it cached by content hash."""
 
     source: str
     location: str
@@ -101,6 +105,7 @@ class ScriptCall:
     # The content hash workers cache compiled code by (the compiled script's, when known).
     digest: str = ""
     then: FollowUp | None = None
+    helpers: tuple[ScriptHelper, ...] = ()
 
     @property
     def source_hash(self) -> str:
@@ -119,12 +124,38 @@ class ScriptCall:
             "timeout": self.timeout_seconds,
             "return_args": list(self.return_arguments),
             **({"then": self.then.request()} if self.then else {}),
+            **(
+                {"helpers": [_helper_entry(helper) for helper in self.helpers]}
+                if self.helpers
+                else {}
+            ),
         }
+
+    def add_sources(self, request: dict[str, Any], known: set[str] | None = None) -> None:
+        """Put into `request` the source of the script and of each helper whose content hash is
+        not in `known` (every source when `known` is None)."""
+        if known is None or request["hash"] not in known:
+            request["source"] = self.source
+        for entry, helper in zip(request.get("helpers") or (), self.helpers, strict=True):
+            if known is None or entry["hash"] not in known:
+                entry["source"] = helper.source
+
+    def source_hashes(self, request: dict[str, Any]) -> list[str]:
+        """The content hashes of the script and its helpers in `request`."""
+        return [request["hash"], *(entry["hash"] for entry in request.get("helpers") or ())]
 
     @property
     def budget_seconds(self) -> float:
         """The wall-clock time the whole exchange may take: each handler has its own budget."""
         return self.timeout_seconds * (2 if self.then else 1)
+
+
+def _helper_entry(helper: ScriptHelper) -> dict[str, Any]:
+    return {
+        "name": helper.name,
+        "hash": helper.compiled.source_hash,
+        "location": helper.compiled.location,
+    }
 
 
 @dataclass
@@ -337,32 +368,50 @@ class ScriptPool:
     # --- calls -------------------------------------------------------------------------------
 
     def run(self, call: ScriptCall) -> ScriptReply:
-        """Run one script call in a worker; raise the `ScriptError` it ends with."""
+        """Run one script call in a worker; raise the `ScriptError` it ends with. Counted by
+        outcome in `vnext_script_calls`."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            reply = self._run(call)
+            outcome = "ok"
+            return reply
+        except ScriptTimeout:
+            outcome = "timeout"
+            raise
+        except ScriptResourceLimit:
+            outcome = "resource_limit"
+            raise
+        except ScriptUnavailable:
+            outcome = "unavailable"
+            raise
+        finally:
+            script_called(outcome, time.perf_counter() - started)
+
+    def _run(self, call: ScriptCall) -> ScriptReply:
         if not self._started:
             self.start()
         request = call.request()
-        digest = request["hash"]
         reply: dict[str, Any] | None = None
         while reply is None:
             worker = self._acquire(call.location)
             # Each failed exchange has already given the worker back, or replaced it.
-            if digest not in worker.known_sources:
-                request["source"] = call.source
+            call.add_sources(request, worker.known_sources)
             with contextlib.suppress(_WorkerWasDead):
                 # A worker found dead never saw the call: another one takes it.
                 reply = self._exchange(worker, request, call)
         if reply.get("need_source"):
-            # The worker evicted the compiled code since it last saw this script.
-            request["source"] = call.source
+            # The worker evicted the compiled code since it last saw this script (or helper).
+            call.add_sources(request)
             try:
                 reply = self._exchange(worker, request, call)
             except _WorkerWasDead:
                 raise ScriptResourceLimit(
                     "the script's worker stopped", location=call.location
                 ) from None
-        worker.known_sources.add(digest)
+        worker.known_sources.update(call.source_hashes(request))
         if reply.get("recycle"):
-            self._replace(worker)
+            self._replace(worker, "recycled")
         else:
             self._idle.put(worker)
         self._log(reply, call.location)
@@ -394,7 +443,7 @@ class ScriptPool:
         try:
             reply = worker.exchange(message, time.monotonic() + 10, self.settings.max_payload_bytes)
         except (_WorkerGone, _WorkerStuck):
-            self._replace(worker)
+            self._replace(worker, "died")
             raise
         self._idle.put(worker)
         return dict(reply.get("probe") or {})
@@ -420,7 +469,7 @@ class ScriptPool:
             return worker.exchange(message, deadline, self.settings.max_payload_bytes)
         except _WorkerStuck:
             self.timeouts += 1
-            self._replace(worker)
+            self._replace(worker, "timeout")
             logger.warning(
                 "script %s overran its deadline; worker %s killed", call.location, worker.pid
             )
@@ -430,11 +479,11 @@ class ScriptPool:
                 location=call.location,
             ) from None
         except _WorkerWasDead:
-            self._replace(worker)
+            self._replace(worker, "died")
             logger.warning("script worker %s had died while idle; replaced", worker.pid)
             raise
         except _WorkerGone as gone:
-            self._replace(worker)
+            self._replace(worker, "died")
             logger.warning("script worker %s died running %s: %s", worker.pid, call.location, gone)
             raise ScriptResourceLimit(
                 f"the script's worker stopped ({gone}); "
@@ -461,7 +510,8 @@ class ScriptPool:
 
     # --- workers -----------------------------------------------------------------------------
 
-    def _replace(self, worker: _Worker) -> None:
+    def _replace(self, worker: _Worker, reason: str) -> None:
+        SCRIPT_RESTARTS.labels(reason).inc()
         with self._lock:
             self._all.pop(worker.pid, None)
             closed = self._closed

@@ -21,16 +21,21 @@ from instances.engine.script_wire import ScriptObject
 from instances.engine.scripts import (
     CompiledScript,
     ScriptError,
+    ScriptHelper,
     ScriptResourceLimit,
     ScriptResponse,
     ScriptTextMissing,
     ScriptTimeout,
     ScriptUnavailable,
     compile_script,
+    helper_key_problem,
+    helper_location,
+    helper_module_name,
     script_text,
 )
 
 __all__ = [
+    "CREDENTIAL_HEADERS",
     "ScriptExecutor",
     "ScriptHandle",
     "ScriptObject",
@@ -38,8 +43,17 @@ __all__ = [
     "instance_view",
     "response_data",
     "script_context",
+    "script_headers",
     "stopped_code",
 ]
+
+# Request headers scripts never see (and job rows never store): the caller's credentials.
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-api-key", "proxy-authorization"})
+
+
+def script_headers(headers: dict[str, str] | None) -> dict[str, str]:
+    """A request's headers (lower-case names) as scripts see them: without credentials."""
+    return {k: v for k, v in (headers or {}).items() if k not in CREDENTIAL_HEADERS}
 
 
 class ScriptExecutor(Protocol):
@@ -108,13 +122,14 @@ def response_data(value: Any) -> Any:
 
 @dataclass
 class ScriptHandle:
-    """A definition's script ready to call: its source, the modules it may import and the
-    handlers it defines."""
+    """A definition's script ready to call: its source, the modules it may import, the helper
+    libraries it may import and the handlers it defines."""
 
     runner: ScriptRunner
     compiled: CompiledScript
     source: str
     allowed_modules: frozenset[str]
+    helpers: tuple[ScriptHelper, ...] = ()
 
     def has(self, name: str) -> bool:
         """True when the script provides handler `name` (a function or a method of its class)."""
@@ -155,6 +170,7 @@ class ScriptHandle:
                 return_arguments=updates,
                 digest=self.compiled.source_hash,
                 then=then,
+                helpers=self.helpers,
             )
         )
         for position, state in zip(updates, reply.arguments, strict=False):
@@ -163,6 +179,12 @@ class ScriptHandle:
                 vars(target).clear()
                 vars(target).update(_plain_attributes(state))
         return reply
+
+
+def _helper_references(scripts: Any) -> list[dict[str, Any]]:
+    """The `helpers` references of a `scripts` object (`{helpers, allowedModules, ...}`)."""
+    entries = scripts.get("helpers") if isinstance(scripts, dict) else None
+    return [entry for entry in entries or () if isinstance(entry, dict)]
 
 
 def _plain_attributes(state: dict[str, Any]) -> dict[str, Any]:
@@ -195,13 +217,50 @@ class ScriptRunner:
         compiled = compile_script(source, location)
         local = node.get("scripts") if isinstance(node.get("scripts"), dict) else {}
         extra = frozenset(m for m in (local or {}).get("allowedModules", []) if isinstance(m, str))
-        return ScriptHandle(self, compiled, source, definition.allowed_modules | extra)
+        # The workflow's helpers (`attributes.scripts.helpers`), then the script's own.
+        workflow_scripts = definition.attributes.get("scripts")
+        references = [*_helper_references(workflow_scripts), *_helper_references(local)]
+        helpers = self._helpers(references, definition) if references else ()
+        return ScriptHandle(self, compiled, source, definition.allowed_modules | extra, helpers)
 
     def call(
         self, node: dict[str, Any], definition: WorkflowDefinition, handler: str, *args: Any
     ) -> Any:
         """Load the script and call `handler(*args)`."""
         return self.load(node, definition).call(handler, *args)
+
+    def _helpers(
+        self, references: list[dict[str, Any]], definition: WorkflowDefinition
+    ) -> tuple[ScriptHelper, ...]:
+        """The helper libraries `references` name (the workflow's, then the script's own),
+        each resolved at the exact version referenced (published versions never change) and
+        compiled; kept with the definition."""
+        memo_key = "script-helpers:" + "|".join(helper_location(ref) for ref in references)
+        cached = definition.memo.get(memo_key)
+        if cached is not None:
+            return tuple(cached)
+        helpers: dict[str, ScriptHelper] = {}
+        for reference in references:
+            location = helper_location(reference)
+            key = str(reference.get("key", ""))
+            problem = helper_key_problem(key)
+            if problem is not None:
+                raise VNextError(Codes.SCRIPT_FAILED, problem)
+            name = helper_module_name(key)
+            taken = helpers.get(name)
+            if taken is not None:
+                if taken.compiled.location == location:
+                    continue  # the same helper, declared by the workflow and by the script
+                raise VNextError(
+                    Codes.SCRIPT_FAILED,
+                    f"helpers {taken.compiled.location} and {location} are both imported as "
+                    f"{name!r}",
+                )
+            source = self._source({"encoding": "REF", "code": reference, "location": location})
+            helpers[name] = ScriptHelper(name, source, compile_script(source, location))
+        resolved = tuple(helpers.values())
+        definition.memo[memo_key] = resolved
+        return resolved
 
     def _source(self, node: dict[str, Any]) -> str:
         try:

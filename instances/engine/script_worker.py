@@ -219,25 +219,20 @@ class Worker:
                 return
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One request: `call` (run a handler) or `probe` (report what the sandbox refuses)."""
+        """One request: `call` (run a handler) or `probe` (report what the sandbox refuses).
+        A call may list `helpers` ({name, hash, location, source?}): compiled and cached like
+        the script, imported by the script under `name`."""
         if request.get("op") == "probe":
             return {"ok": True, "probe": probe()}
         location = str(request["location"])
-        key = (str(request["hash"]), location)
-        compiled = self.compiled.get(key)
-        if compiled is None:
-            source = request.get("source")
-            if source is None:
-                return {"ok": False, "need_source": True}
-            try:
-                compiled = compile_script(source, location)
-            except ScriptCompileError as exc:
-                return _failure(exc)
-            self.compiled[key] = compiled
-            if len(self.compiled) > _CACHE_SIZE:
-                self.compiled.popitem(last=False)
-        else:
-            self.compiled.move_to_end(key)
+        try:
+            compiled = self._compiled(str(request["hash"]), location, request.get("source"))
+            helpers = self._helpers(request.get("helpers"))
+        except ScriptCompileError as exc:
+            return _failure(exc)
+        if compiled is None or None in helpers.values():
+            return {"ok": False, "need_source": True}
+        usable = {name: helper for name, helper in helpers.items() if helper is not None}
         try:
             args = [decode_argument(item) for item in request.get("args", [])]
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -255,6 +250,7 @@ class Worker:
             allowed_modules=modules,
             timeout_seconds=timeout,
             return_arguments=tuple(request.get("return_args", ())),
+            helpers=usable,
         )
         if outcome.error is not None:
             reply = _failure(outcome.error)
@@ -283,6 +279,7 @@ class Worker:
                     [context],
                     allowed_modules=modules,
                     timeout_seconds=timeout,
+                    helpers=usable,
                 )
                 log += second.log or ()
                 if second.error is not None:
@@ -292,6 +289,32 @@ class Worker:
                     reply["then"] = {"ok": True, "result": second.result}
         reply["log"] = log
         return reply
+
+    def _helpers(self, entries: Any) -> dict[str, CompiledScript | None]:
+        """The helper libraries declared for the script, by the name it imports them by (None
+        for one neither cached nor sent)."""
+        return {
+            str(entry["name"]): self._compiled(
+                str(entry["hash"]), str(entry["location"]), entry.get("source")
+            )
+            for entry in entries or ()
+        }
+
+    def _compiled(self, digest: str, location: str, source: Any) -> CompiledScript | None:
+        """The compiled code of `digest` at `location`: cached, else compiled from `source`;
+        None when it is not cached and no source came (the server then sends it)."""
+        key = (digest, location)
+        compiled = self.compiled.get(key)
+        if compiled is not None:
+            self.compiled.move_to_end(key)
+            return compiled
+        if source is None:
+            return None
+        compiled = compile_script(str(source), location)
+        self.compiled[key] = compiled
+        if len(self.compiled) > _CACHE_SIZE:
+            self.compiled.popitem(last=False)
+        return compiled
 
 
 def _failure(error: ScriptError) -> dict[str, Any]:

@@ -13,9 +13,11 @@ import ast
 import base64
 import binascii
 import hashlib
+import keyword
+import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any, cast
@@ -200,6 +202,91 @@ def is_module_allowed(module: str, allowed: Iterable[str]) -> bool:
     return module in SCRIPT_MODULES and module in set(allowed)
 
 
+# --- helper libraries ----------------------------------------------------------------------------
+
+# The package a script may also import its helpers from: `from helpers import rsa_crypto`.
+HELPERS_PACKAGE = "helpers"
+
+
+def helper_module_name(key: str) -> str:
+    """The name scripts import a helper by: its `sys-mappings` key with each `-` written `_`
+    (`rsa-crypto` is `import rsa_crypto` or `from helpers import rsa_crypto`)."""
+    return key.replace("-", "_")
+
+
+def helper_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a helper's module name, or None. Not an identifier, a keyword, a
+    private name, `helpers`, and the name of a standard library module (`os`, `json`, ...) are
+    refused: an import of such a name always means the module, never a helper."""
+    if not (name.isascii() and name.isidentifier()) or keyword.iskeyword(name):
+        return f"{name!r} is not a Python module name"
+    if name.startswith("_"):
+        return f"{name!r} is private (starts with '_')"
+    if name == HELPERS_PACKAGE:
+        return f"{name!r} is the package scripts import helpers from"
+    if name in sys.stdlib_module_names or name in SCRIPT_MODULES:
+        return f"{name!r} is the name of a standard library module"
+    return None
+
+
+def helper_key_problem(key: str) -> str | None:
+    """Why a helper with `key` cannot be imported by name, or None (see `helper_module_name`)."""
+    name = helper_module_name(key)
+    problem = helper_name_problem(name)
+    if problem is None:
+        return None
+    return (
+        f"helper key {key!r} cannot be imported: its module name {problem} (a key is imported "
+        "with '-' written '_', and must then be a public Python name that is not a standard "
+        "library module)"
+    )
+
+
+def helper_location(reference: Mapping[str, Any]) -> str:
+    """How errors and compiled code name a helper: `mapping:<domain>/<key>@<version>`."""
+    return (
+        f"mapping:{reference.get('domain', '')}/{reference.get('key', '')}"
+        f"@{reference.get('version', '')}"
+    )
+
+
+def helper_of_import(module: str) -> str | None:
+    """The helper name an import statement asks for (`rsa_crypto` for `import rsa_crypto`,
+    `import helpers.rsa_crypto` and `from helpers import rsa_crypto`), else None."""
+    if module.startswith(HELPERS_PACKAGE + "."):
+        return module[len(HELPERS_PACKAGE) + 1 :]
+    return module if "." not in module and helper_name_problem(module) is None else None
+
+
+def import_refusal(
+    module: str, allowed: Iterable[str], helpers: Collection[str] = ()
+) -> str | None:
+    """Why a script (or helper) may not import `module`, or None. `allowed` is its module
+    allow-list, `helpers` the names of the helpers declared for it. The publish-time check and
+    the worker's import both ask here, so both refuse with the same words."""
+    if module.startswith("."):
+        return "relative imports are not allowed"
+    if module == HELPERS_PACKAGE:
+        return None if helpers else "no helpers are declared for this script (scripts.helpers)"
+    wanted = helper_of_import(module)
+    if wanted is not None and wanted in helpers:
+        return None
+    if wanted is not None:
+        declared = ", ".join(sorted(helpers)) or "none"
+        module_too = not module.startswith(HELPERS_PACKAGE + ".")
+        return (
+            f"import of {wanted!r} is refused: "
+            + ("it is not a module scripts may import, and " if module_too else "")
+            + f"no helper {wanted!r} is declared for this script (scripts.helpers of the script "
+            f"or of its workflow; declared: {declared})"
+        )
+    if is_module_allowed(module, allowed):
+        return None
+    return forbidden_module_reason(module) or (
+        f"import of {module!r} is not allowed (allowed: {', '.join(sorted(allowed))})"
+    )
+
+
 # --- compilation -------------------------------------------------------------------------------
 
 
@@ -334,6 +421,10 @@ def _imports_of(tree: ast.Module) -> Iterator[tuple[str, int]]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module == HELPERS_PACKAGE:
+            # `from helpers import a, b` asks for the helpers a and b.
+            for alias in node.names:
+                yield f"{HELPERS_PACKAGE}.{alias.name}", node.lineno
         elif isinstance(node, ast.ImportFrom):
             yield ("." * node.level) + (node.module or ""), node.lineno
 
@@ -348,21 +439,29 @@ def _handlers_of(tree: ast.Module) -> Iterator[str]:
                     yield member.name
 
 
-def check_imports(compiled: CompiledScript, allowed_modules: Iterable[str]) -> list[ScriptRefused]:
-    """Every import in the script that the allow-list does not admit, one error each."""
+def check_imports(
+    compiled: CompiledScript, allowed_modules: Iterable[str], helpers: Collection[str] = ()
+) -> list[ScriptRefused]:
+    """Every import in the script that neither the allow-list nor its declared `helpers` (their
+    module names) admit, one error each."""
     allowed = set(allowed_modules)
     problems = []
     for module, line in compiled.imports:
-        if module.startswith("."):
-            reason = "relative imports are not allowed"
-        elif is_module_allowed(module, allowed):
-            continue
-        else:
-            reason = forbidden_module_reason(module) or (
-                f"import of {module!r} is not allowed (allowed: {', '.join(sorted(allowed))})"
-            )
-        problems.append(ScriptRefused(reason, location=compiled.location, line=line))
+        reason = import_refusal(module, allowed, helpers)
+        if reason is not None:
+            problems.append(ScriptRefused(reason, location=compiled.location, line=line))
     return problems
+
+
+@dataclass(frozen=True)
+class ScriptHelper:
+    """A helper library resolved for a script: a `sys-mappings` component's code, compiled under
+    the same policy as scripts (its location is `helper_location` of its reference), and the
+    name the script imports it by."""
+
+    name: str
+    source: str
+    compiled: CompiledScript
 
 
 @dataclass

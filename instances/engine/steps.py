@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.utils.dateparse import parse_datetime, parse_duration
 
-from instances.engine.definition import DEFAULT_FALLBACK_SECONDS, TransitionKind
+from instances.engine.definition import (
+    DEFAULT_FALLBACK_SECONDS,
+    StateDef,
+    TransitionDef,
+    TransitionKind,
+)
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import BUSY_EXEMPT, ForwardToSubflow, Rejected
 from instances.engine.ports import LockRelease
@@ -32,6 +37,7 @@ from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.subflows import child_start, forward_target, resume_patch
 from instances.engine.task_types import PURE_TASK_TYPES
 from instances.engine.tasks import TaskOutcome
+from instances.engine.timeouts import TimerReset, timeout_reset
 from instances.status import (
     STATE_SUBTYPE_NAMES,
     STATE_TYPE_NAMES,
@@ -100,6 +106,7 @@ def _run_tasks(
             execution.task_responses[outcome.key] = outcome.response
         if outcome.patch:
             _merge_data(execution, outcome.patch, hop.transition.version_strategy)
+        _enqueue_notifications(execution, hop, outcome)
 
     execution.engine.tasks.run(
         references,
@@ -112,6 +119,28 @@ def _run_tasks(
         on_done=merge,
         on_failed=lambda outcome, reference: execution.task_failed(hop, outcome, reference, phase),
     )
+
+
+def _enqueue_notifications(execution: Execution, hop: Hop, outcome: TaskOutcome) -> None:
+    # A notification task's messages commit with the hop as jobs (the transactional outbox):
+    # sent once it is committed, retried until delivered; a hop that faults drops its own.
+    now = execution.engine.clock()
+    for message in outcome.notifications:
+        job = JobRow(
+            kind=JobKind.TASK_NOTIFICATION,
+            run_at=now,
+            payload={
+                "task": outcome.key,
+                "channel": message.channel,
+                "content": message.content,
+                "headers": message.headers,
+                "state": execution.instance.current_state,
+                "transition": hop.transition.key,
+                "at": now.isoformat(),
+            },
+        )
+        execution.writes.jobs.append(job)
+        hop.notification_jobs.append(job)
 
 
 def _merge_data(execution: Execution, patch: dict[str, Any], strategy: str) -> None:
@@ -408,6 +437,7 @@ class ChangeStateStep(Step):
             modified_by=hop.request.actor,
         )
         execution.writes.bump_state_version = True
+        _rearm_workflow_timeout(execution, hop, state)
         if execution.holds_busy and (state.on_entries or state.state_type == StateType.SUBFLOW):
             # Seed 000's commit point: the new state (still Busy) is durable before OnEntry's
             # I/O. Readers see it; a run that dies in OnEntry resumes there, never re-running
@@ -416,6 +446,27 @@ class ChangeStateStep(Step):
             execution.writes.transitions[row.id] = row
             execution.flush()
         return Outcome.proceed()
+
+
+def _rearm_workflow_timeout(execution: Execution, hop: Hop, entered: StateDef) -> None:
+    """A workflow timeout whose `timer.reset` is `transition` (or `state-change`, when the hop
+    enters another state) gets a new deadline, its full duration from now: the pending timeout
+    job is moved in the transaction that commits the state change (`reschedule_timeout`). The
+    start arms it, the timeout's own hop spends it, and a final state cancels it instead."""
+    kind = hop.transition.kind
+    if kind in (TransitionKind.START, TransitionKind.TIMEOUT) or entered.is_final:
+        return
+    timeout = execution.definition.timeout_for(execution.instance.extra)
+    if timeout is None:
+        return
+    reset = timeout_reset(timeout.raw)
+    if reset is TimerReset.NEVER:
+        return
+    if reset is TimerReset.STATE_CHANGE and hop.source_state == entered.key:
+        return
+    due = workflow_timeout_due(execution, hop, timeout)
+    if due is not None:
+        execution.writes.reschedule_timeout = due
 
 
 class OnEntryStep(Step):
@@ -551,7 +602,8 @@ class RunAutomaticTransitionsStep(Step):
 
 class ScheduleTransitionsStep(Step):
     """90: arm the state's scheduled transitions as timer jobs, unless Auto already picked.
-    The start hop also arms the workflow `timeout` (an absolute budget from the start)."""
+    The start hop also arms the workflow `timeout` (from the start; ChangeState re-arms it
+    when its `timer.reset` says so)."""
 
     order = Order.SCHEDULE
 
@@ -585,30 +637,33 @@ class ScheduleTransitionsStep(Step):
     def _arm_workflow_timeout(self, execution: Execution, hop: Hop) -> None:
         timeout = execution.definition.timeout_for(execution.instance.extra)
         assert timeout is not None
-        now = execution.engine.clock()
-        static = (timeout.raw.get("timer") or {}).get("duration")
-        due: datetime | None = None
-        mapping = timeout.raw.get("mapping")
-        if isinstance(mapping, dict) and mapping.get("code"):
-            try:
-                due = timer_due(
-                    execution.engine.scripts.call(
-                        mapping, execution.definition, "handler", _context(execution, hop)
-                    ),
-                    now,
-                )
-            except (VNextError, ScriptError) as exc:
-                # The mapping is an override: on failure the static duration applies (seed 001).
-                logger.warning(
-                    "timeout mapping of %s failed, using %s: %s", timeout.key, static, exc
-                )
-        if due is None:
-            if not static:
-                return
-            due = timer_due(str(static), now)
-        execution.writes.jobs.append(
-            JobRow(kind="timeout", run_at=due, payload={"transition": timeout.key})
-        )
+        due = workflow_timeout_due(execution, hop, timeout)
+        if due is not None:
+            execution.writes.jobs.append(
+                JobRow(kind=JobKind.TIMEOUT, run_at=due, payload={"transition": timeout.key})
+            )
+
+
+def workflow_timeout_due(execution: Execution, hop: Hop, timeout: TransitionDef) -> datetime | None:
+    """When the workflow timeout armed now is due: its mapping's answer, else (no mapping, or
+    the mapping failed) its static `timer.duration` from now; None when it has neither."""
+    now = execution.engine.clock()
+    static = (timeout.raw.get("timer") or {}).get("duration")
+    mapping = timeout.raw.get("mapping")
+    if isinstance(mapping, dict) and mapping.get("code"):
+        try:
+            return timer_due(
+                execution.engine.scripts.call(
+                    mapping, execution.definition, "handler", _context(execution, hop)
+                ),
+                now,
+            )
+        except (VNextError, ScriptError) as exc:
+            # The mapping is an override: on failure the static duration applies (seed 001).
+            logger.warning("timeout mapping of %s failed, using %s: %s", timeout.key, static, exc)
+    if not static:
+        return None
+    return timer_due(str(static), now)
 
 
 def timer_due(value: Any, now: datetime) -> datetime:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from instances.engine.definition import SELF, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import BUSY_EXEMPT
+from instances.engine.overrides import OVERRIDES_KEY, SubflowOverrides
 from instances.engine.records import ChildStart, InstanceSnapshot, waiting_child
 from instances.engine.script_runner import response_data
 from instances.engine.scripts import ScriptError
@@ -57,7 +58,8 @@ def forward_target(
 
 def child_start(execution: Execution, hop: Hop, state: StateDef, context: Any) -> ChildStart:
     """The child a SubFlow state starts: its pinned workflow, its start data from the mapping's
-    input handler, the timeout override, and the job that runs its start transition."""
+    input handler, the timeout, view and role overrides, and the job that runs its start
+    transition."""
     config = state.subflow or {}
     if config.get("type", SUBFLOW) != SUBFLOW:
         raise VNextError(
@@ -87,6 +89,12 @@ def child_start(execution: Execution, hop: Hop, state: StateDef, context: Any) -
     overrides = config.get("overrides")
     if isinstance(overrides, dict) and isinstance(overrides.get("timeout"), dict):
         extra["timeoutOverride"] = overrides["timeout"]
+    # Pinned with the child, as the timeout is: a later publish of the parent changes nothing.
+    parent = execution.definition
+    source = f"{parent.domain}/{parent.key}@{parent.version}#{state.key}"
+    pinned = SubflowOverrides.of_subflow(config, source)
+    if pinned:
+        extra[OVERRIDES_KEY] = pinned.as_extra()
     child = InstanceSnapshot(
         id=child_id,
         domain=child_definition.domain,

@@ -37,7 +37,9 @@ from instances.engine.script_runner import (
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.task_types import (
     EXECUTORS,
+    NOTIFICATION_TYPE,
     PURE_TASK_TYPES,
+    OutgoingNotification,
     StandardResponse,
     TaskCall,
     TaskFailure,
@@ -79,6 +81,8 @@ class TaskOutcome:
     failure: TaskFailure | None = None
     # A fan-out task's item rows (`{taskKey}#{index}`), journalled after its own.
     item_rows: list[TaskRow] = field(default_factory=list)
+    # What a notification task handed over: delivered once the hop commits (as jobs).
+    notifications: list[OutgoingNotification] = field(default_factory=list)
 
 
 @dataclass
@@ -106,11 +110,15 @@ class TaskRunner:
         task_responses: dict[str, Any],
         on_done: Callable[[TaskOutcome], None],
         on_failed: Callable[[TaskOutcome, dict[str, Any]], bool] | None = None,
+        headers: dict[str, str] | None = None,
+        query: dict[str, Any] | None = None,
     ) -> None:
         """Run `references` group by group; report each outcome, in definition order, to
         `on_done` (which merges its data). Once a group is done, its first failure goes to
         `on_failed` with its reference, which raises, or returns True to skip the groups after
-        it, False to go on; without `on_failed` the failure is raised."""
+        it, False to go on; without `on_failed` the failure is raised. `headers` and `query`
+        are the request the mappings see as `context.headers` / `context.query` (a custom
+        function's or an extension's caller; credentials already removed)."""
         indexed = sorted(enumerate(references), key=lambda pair: int(pair[1].get("order") or 1))
         for _, group_iter in groupby(indexed, key=lambda pair: int(pair[1].get("order") or 1)):
             group = [reference for _, reference in group_iter]
@@ -124,6 +132,8 @@ class TaskRunner:
                     transition_key=transition_key,
                     transition_id=transition_id,
                     task_responses=task_responses,
+                    headers=headers,
+                    query=query,
                 )
 
             if len(group) == 1:
@@ -165,6 +175,8 @@ class TaskRunner:
         transition_key: str,
         transition_id: Any,
         task_responses: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        query: dict[str, Any] | None = None,
     ) -> TaskOutcome:
         started = time.monotonic()
         task_ref = reference.get("task") or {}
@@ -242,6 +254,8 @@ class TaskRunner:
             context = script_context(
                 instance,
                 transition_key=transition_key,
+                headers=headers,
+                query=query,
                 task_responses=task_responses,
                 configuration=self.configuration,
             )
@@ -280,6 +294,8 @@ class TaskRunner:
                 reader=self.reader,
                 writer=self.writer,
                 parent=SubprocessParent(instance.id, instance.current_state),
+                mapping=script,
+                context=context,
             )
             try:
                 response = executor(call)
@@ -295,7 +311,9 @@ class TaskRunner:
                 patch = _output_patch(chained.follow_up, chained.follow_up_error)
             else:
                 patch = self._output(script, context, response, task_type)
-            return outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
+            done = outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
+            done.notifications = call.outbox
+            return done
         except TaskFailure as failure:
             failure.task_key = key
             response_dict = failure.response.as_dict() if failure.response else None
@@ -325,6 +343,12 @@ class TaskRunner:
         inner_attributes = document.get("attributes") or {}
         inner_type = str(inner_attributes.get("type"))
         executor = EXECUTORS.get(inner_type)
+        if inner_type == NOTIFICATION_TYPE:
+            raise TaskFailure(
+                Codes.TASK_UNSUPPORTED,
+                f"the fan-out's inner task {inner_key} is a notification task (type 10): its "
+                "messages are committed with a hop, which an item does not have",
+            )
         if executor is None and inner_type != FAN_OUT_TYPE:
             raise TaskFailure(
                 Codes.TASK_UNSUPPORTED,

@@ -2,17 +2,19 @@
 HTTP API: every surface a client renders carries its labels, and `label` is given in the language
 the client asks for (`Accept-Language`, exact tag, then the same language, then the first label):
 the state, each offered transition and its target state, the state's view, the workflow timeout's
-target; through an open subflow the parent describes the child's state and transitions.
-
-Deviation (examples/README.md): the declared domain function `til-cached-echo` is left out of
-the example copy (custom functions are not served yet)."""
+target; through an open subflow the parent describes the child's state and transitions. The
+declared domain function `til-cached-echo` (an HTTP task, response cached 60 s under its key)
+answers on an instance and on the domain route, the same `computedAtUtc` while cached."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from instances.wiring import engine
+from tests.instances.http_server import http_server
 from tests.instances.scenario_api import WorkflowApi, api_fixture
 
 pytestmark = pytest.mark.django_db
@@ -92,3 +94,33 @@ def test_approve_with_its_schema_ends_in_approved(api):
     api.fired(ref, "dl-approve", {"attributes": {"comment": "fine"}})
 
     assert api.detail(ref)["metadata"]["currentState"] == "dl-approved"
+
+
+# --- the declared domain function til-cached-echo ----------------------------------------------
+
+
+@pytest.fixture
+def mock_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A loopback server answering the task's `POST /api/til/ok`, and the function's mapping
+    pointed at it through `context.configuration`."""
+    with http_server() as base:
+        configuration = engine().config.script_configuration
+        monkeypatch.setitem(configuration, "Example:ApiBaseUrl", base)
+        yield base
+
+
+def test_the_cached_echo_answers_on_an_instance_and_on_the_domain_from_its_cache(api, mock_api):
+    ref = api.started()
+
+    first = api.function(ref, "til-cached-echo")
+    assert first.status_code == 200, first.json()
+    echo = first.json()["tilCachedEcho"]
+    assert echo["source"] == "til-cached-echo"
+    assert api.function(ref, "til-cached-echo").json()["tilCachedEcho"] == echo  # a cache hit
+
+    on_domain = api.client.get("/api/v1/core/functions/til-cached-echo")
+    assert on_domain.status_code == 200, on_domain.json()
+    domain_echo = on_domain.json()["tilCachedEcho"]
+    assert domain_echo["source"] == "til-cached-echo"
+    again = api.client.get("/api/v1/core/functions/til-cached-echo").json()["tilCachedEcho"]
+    assert again["computedAtUtc"] == domain_echo["computedAtUtc"]

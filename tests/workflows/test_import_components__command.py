@@ -50,7 +50,7 @@ def test_importing_twice_reports_unchanged(capsys):
 
 def test_dependency_order_does_not_depend_on_the_paths_given(capsys):
     workflows = EXAMPLES_DIR / "core" / "Workflows"
-    others = [EXAMPLES_DIR / "core" / name for name in ("Schemas", "Tasks", "Views")]
+    others = [EXAMPLES_DIR / "core" / name for name in ("Schemas", "Tasks", "Views", "Functions")]
     code, out, _ = run("import_components", str(workflows), *map(str, others), capsys=capsys)
     assert code == 0, out
     assert Component.objects.filter(kind="workflow").count() == EXAMPLE_WORKFLOWS
@@ -143,22 +143,17 @@ def test_invalid_json_and_missing_paths(tmp_path: Path, capsys):
         call_command("import_components", str(tmp_path / "nope"), "--no-progress")
 
 
-def test_a_feature_this_version_does_not_execute_is_rejected_with_its_pointer(
-    tmp_path: Path, capsys
-):
+def test_a_value_the_runtime_would_not_execute_is_rejected_with_its_pointer(tmp_path: Path, capsys):
     example = EXAMPLES_DIR / "core"
     shutil.copy(example / "Tasks/instance-management/instance-mgmt-script-task.json", tmp_path)
     shutil.copytree(example / "Workflows/instance-management", tmp_path / "flow")
     path = tmp_path / "flow" / "instance-management-test-workflow.json"
     document = json.loads(path.read_text())
-    document["attributes"]["errorBoundary"] = {"onTimeout": {"action": 0}}
+    document["attributes"]["timeout"]["timer"]["reset"] = "always"
     path.write_text(json.dumps(document))
 
     code, out, err = run("validate_components", str(tmp_path), capsys=capsys)
     assert code == 1
-    assert (
-        "/attributes/errorBoundary/onTimeout: error boundary timeout policy "
-        "(errorBoundary.onTimeout) is not supported by this version"
-    ) in err
+    assert "/attributes/timeout/timer/reset: unknown timer reset 'always': use None" in err
     assert "1 rejected" in out
     assert "1 valid" in out

@@ -103,11 +103,11 @@ def test_missing_component_is_a_404_error():
 
 
 def test_examples_publish(db):
-    # Tasks and schemas first (a fan-out task after the inner task it names), then workflows by
-    # path (a subflow's child sorts before it).
-    def order(path: Path) -> tuple[bool, bool, str]:
+    # Tasks and schemas first (a fan-out task after the inner task it names), then functions (after
+    # the tasks they run), then workflows by path (a subflow's child sorts before it).
+    def order(path: Path) -> tuple[bool, bool, bool, str]:
         clones = '"type": "21"' in path.read_text()
-        return "Workflows" in str(path), clones, str(path)
+        return "Workflows" in str(path), "/Functions/" in str(path), clones, str(path)
 
     paths = sorted(EXAMPLES_DIR.rglob("*.json"), key=order)
     for path in paths:

@@ -35,21 +35,7 @@ UNSUPPORTED_MESSAGE = " is not supported by this version"
 # The corpus files publishing refuses for now, and which rows of the table refuse them (found by
 # running `validate_component` over the corpus with scripts supplied). Each file's violations are
 # exactly these features' messages; when a feature lands, its row goes and so do its entries here.
-UNSUPPORTED_USES: dict[str, set[str]] = {
-    # sys-functions components: only the built-in state/data/view/schema functions are served.
-    "Functions/role-matrix-lab/role-matrix-summary.json": {"custom function"},
-    "Functions/task-invocation-lab/til-cached-echo.json": {"custom function"},
-    # Field encryption at rest (x-encryption encrypt, vault.email/pin) in the master schema;
-    # x-roles, x-masking and x-encryption hash are applied by the data reads.
-    "Schemas/role-matrix-lab/role-matrix-master.json": {
-        "field encryption at rest (x-encryption other than hash) or a masking operator other "
-        "than mask/replace"
-    },
-    # A declared domain function (til-cached-echo).
-    "Workflows/display-labels-lab/display-labels-lab.json": {"custom function"},
-    # A declared instance function (role-matrix-summary).
-    "Workflows/role-matrix-lab/role-matrix-lab.json": {"custom function"},
-}
+UNSUPPORTED_USES: dict[str, set[str]] = {}
 
 
 def _is_unsupported(violation: Violation) -> bool:

@@ -38,6 +38,9 @@ SELECTING_MAPPING = (
     "def item_input_handler(task, context, item):\n    return ScriptResponse()\n"
 )
 SCHEMA = "Schemas/payload-modes/payload-modes-input.json"
+MASTER = "Schemas/role-matrix-lab/role-matrix-master.json"  # x-roles, x-masking, x-encryption
+FIELDS = ("attributes", "schema", "properties")
+VAULT = (*FIELDS, "vault", "properties")
 EB_LAB = "Workflows/error-boundary-lab/error-boundary-lab.json"
 UNSUPPORTED = " is not supported by this version"
 
@@ -581,6 +584,121 @@ MUTATIONS = [
         set_field((*task_rule(4), "retryPolicy", "maxDelay"), "PT0.1S"),
         pointer((*task_rule(4), "retryPolicy", "maxDelay")),
         "not be shorter",
+    ),
+    Mutation(
+        "a field encrypted at rest that is not a string",
+        MASTER,
+        set_field((*FIELDS, "riskScore", "x-encryption"), {"type": "encrypt"}),
+        pointer((*FIELDS, "riskScore", "x-encryption", "type")),
+        'declare type "string"',
+    ),
+    Mutation(
+        "a field encrypted at rest inside an array's items",
+        MASTER,
+        set_field(
+            (*FIELDS, "accounts", "items", "properties", "iban", "x-encryption"),
+            {"type": "encrypt"},
+        ),
+        pointer((*FIELDS, "accounts", "items", "properties", "iban", "x-encryption", "type")),
+        "nested properties",
+    ),
+    Mutation(
+        "a filterable field encrypted at rest",
+        MASTER,
+        set_field((*VAULT, "email", "x-filterOperators"), ["eq"]),
+        pointer((*VAULT, "email", "x-filterOperators")),
+        "cannot be filterable",
+    ),
+    Mutation(
+        "encryption at rest with a schema-chosen algorithm",
+        MASTER,
+        set_field((*VAULT, "pin", "x-encryption", "params"), {"algorithm": "aes-128-ecb"}),
+        pointer((*VAULT, "pin", "x-encryption", "params")),
+        "takes no params",
+    ),
+    Mutation(
+        "an encryption exemption with a deny grant",
+        MASTER,
+        set_field((*VAULT, "email", "x-encryption", "roles", 0, "grant"), "deny"),
+        pointer((*VAULT, "email", "x-encryption", "roles", 0, "grant")),
+        "only grant 'allow'",
+    ),
+    Mutation(
+        "a field encrypted at rest and masked",
+        MASTER,
+        set_field((*VAULT, "pin", "x-masking"), {"operator": "mask"}),
+        pointer((*VAULT, "pin", "x-masking")),
+        "one transform",
+    ),
+    Mutation(
+        "transport encryption on a field",
+        MASTER,
+        set_field((*VAULT, "pin", "x-encryption", "type"), "transport"),
+        pointer((*VAULT, "pin", "x-encryption", "type")),
+        "connection's",
+    ),
+    Mutation(
+        "an unknown encryption type",
+        MASTER,
+        set_field((*VAULT, "pin", "x-encryption", "type"), "aes"),
+        pointer((*VAULT, "pin", "x-encryption", "type")),
+        "unknown x-encryption type 'aes'",
+    ),
+    Mutation(
+        "a hash algorithm the reads do not know",
+        MASTER,
+        set_field((*FIELDS, "hashedCustomerNo", "x-encryption", "params", "algorithm"), "md5"),
+        pointer((*FIELDS, "hashedCustomerNo", "x-encryption", "params", "algorithm")),
+        "sha256, sha512",
+    ),
+    Mutation(
+        "an encryption retention of zero days",
+        MASTER,
+        set_field((*FIELDS, "hashedCustomerNo", "x-encryption", "retentionDays"), 0),
+        pointer((*FIELDS, "hashedCustomerNo", "x-encryption", "retentionDays")),
+        "positive integer",
+    ),
+    Mutation(
+        "a masking operator the runtime does not have",
+        MASTER,
+        set_field((*FIELDS, "maskedForAll", "x-masking", "operator"), "tokenize"),
+        pointer((*FIELDS, "maskedForAll", "x-masking", "operator")),
+        "unknown x-masking operator 'tokenize'",
+    ),
+    Mutation(
+        "a replace mask without its value",
+        MASTER,
+        set_field((*FIELDS, "replacedNote", "x-masking", "params"), {}),
+        pointer((*FIELDS, "replacedNote", "x-masking", "params")),
+        "needs params.value",
+    ),
+    Mutation(
+        "a masking character of two characters",
+        MASTER,
+        set_field((*FIELDS, "maskedForAll", "x-masking", "params", "maskingChar"), "##"),
+        pointer((*FIELDS, "maskedForAll", "x-masking", "params", "maskingChar")),
+        "single character",
+    ),
+    Mutation(
+        "a mask keeping a negative number of characters",
+        MASTER,
+        set_field((*FIELDS, "maskedForAll", "x-masking", "params", "keepLast"), -1),
+        pointer((*FIELDS, "maskedForAll", "x-masking", "params", "keepLast")),
+        "non-negative integer",
+    ),
+    Mutation(
+        "a parameter of the other masking operator",
+        MASTER,
+        set_field((*FIELDS, "replacedNote", "x-masking", "params", "keepLast"), 2),
+        pointer((*FIELDS, "replacedNote", "x-masking", "params", "keepLast")),
+        "not a parameter of operator replace",
+    ),
+    Mutation(
+        "a sortable masked field",
+        MASTER,
+        set_field((*FIELDS, "maskedForAll", "x-sortable"), True),
+        pointer((*FIELDS, "maskedForAll", "x-sortable")),
+        "cannot be sortable",
     ),
     Mutation(
         "schema component with a bad version",

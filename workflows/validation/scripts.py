@@ -1,5 +1,8 @@
 """Script checks at publish time: every script is present, decodes, compiles in the sandbox,
-imports only allowed modules and defines the handler its place in the definition calls."""
+imports only allowed modules and declared helpers, and defines the handler its place in the
+definition calls. Every helper library a workflow or script declares (`scripts.helpers`) exists,
+has a key that makes a module name no other helper of the script takes, and compiles and imports
+under the same rules as the scripts that may import it."""
 
 from __future__ import annotations
 
@@ -10,14 +13,22 @@ from typing import Any, Protocol
 from instances.engine.errors import Violation
 from instances.engine.scripts import (
     DEFAULT_ALLOWED_MODULES,
+    SCRIPT_MODULES,
+    CompiledScript,
     ScriptCompileError,
     ScriptError,
+    ScriptRefused,
     ScriptTextMissing,
     check_imports,
     compile_script,
     forbidden_module_reason,
+    helper_key_problem,
+    helper_location,
+    helper_module_name,
+    helper_of_import,
     script_text,
 )
+from instances.engine.task_types.notification import NOTIFICATION_TYPE, notification_channels
 from workflows.documents import ComponentKind, ComponentRef, json_pointer
 
 TASK_LIST_KEYS = frozenset({"onExecutionTasks", "onEntries", "onExits"})
@@ -128,8 +139,23 @@ def _expected_handlers(site: ScriptSite, resolver: Resolver, document: Any) -> t
     if site.is_task_mapping:
         if _fan_out_config(site, resolver, document) is not None:
             return ("item_input_handler",)
+        channels = _notification_channels(site, resolver, document)
+        if channels is not None:
+            # A notification task's mapping shapes its channels' messages; the state channel
+            # needs none (an `enrich` only adds headers to it).
+            return ("channel_handler",) if set(channels) - {"state"} else ("enrich",)
         return ("input_handler", "output_handler")
     return ("handler", "input_handler", "output_handler")
+
+
+def _notification_channels(site: ScriptSite, resolver: Resolver, document: Any) -> list[str] | None:
+    # The channels of the Notification task (type 10) whose mapping `site` is, else None.
+    task_ref = _task_reference_beside(document, site.path)
+    task = resolver.resolve(task_ref) if task_ref else None
+    attributes = task.get("attributes") if isinstance(task, dict) else None
+    if not isinstance(attributes, dict) or str(attributes.get("type")) != NOTIFICATION_TYPE:
+        return None
+    return notification_channels(attributes.get("config"))
 
 
 def _fan_out_config(site: ScriptSite, resolver: Resolver, document: Any) -> dict[str, Any] | None:
@@ -163,13 +189,147 @@ def _task_reference_beside(document: Any, path: tuple[Any, ...]) -> ComponentRef
     return ComponentRef.from_reference(node.get("task")) if isinstance(node, dict) else None
 
 
+@dataclass(frozen=True)
+class DeclaredHelper:
+    """A `scripts.helpers` entry: the module name scripts import it by, the component it
+    references, where it is declared, and its compiled code (None when it has none)."""
+
+    name: str
+    ref: ComponentRef
+    path: tuple[Any, ...]
+    compiled: CompiledScript | None
+
+    @property
+    def pointer(self) -> str:
+        """JSON pointer of the entry."""
+        return json_pointer(*self.path)
+
+
+def declared_helpers(
+    holder: Any,
+    path: tuple[Any, ...],
+    resolver: Resolver,
+    inherited: dict[str, DeclaredHelper],
+    violations: list[Violation],
+) -> tuple[dict[str, DeclaredHelper], list[DeclaredHelper]]:
+    """The helpers visible where `holder` (the workflow's attributes, or a script object at
+    `path`) declares `scripts.helpers` on top of `inherited` (the workflow's), and those it
+    declares itself. Each entry's problem (a key that makes no module name, a name another
+    helper takes, a missing component, code that does not decode or compile) is appended to
+    `violations` at the entry's pointer. A script may declare its workflow's helper again."""
+    visible = dict(inherited)
+    own: dict[str, DeclaredHelper] = {}
+    scripts = holder.get("scripts") if isinstance(holder, dict) else None
+    entries = scripts.get("helpers") if isinstance(scripts, dict) else None
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+        entry_path = (*path, "scripts", "helpers", index)
+        pointer = json_pointer(*entry_path)
+        ref = ComponentRef.from_reference(entry)
+        if ref is None or ref.kind != ComponentKind.MAPPING:
+            continue  # not a sys-mappings reference: a structural violation, reported there
+        problem = helper_key_problem(ref.key)
+        if problem is not None:
+            violations.append(Violation(pointer, problem))
+            continue
+        name = helper_module_name(ref.key)
+        earlier = visible.get(name)
+        if earlier is not None and (name in own or earlier.ref != ref):
+            violations.append(
+                Violation(
+                    pointer,
+                    f"helper {ref} would be imported as {name!r}, the name of helper "
+                    f"{earlier.ref} declared at {earlier.pointer}",
+                )
+            )
+            continue
+        if earlier is not None:
+            continue  # the workflow's own helper, declared again by the script
+        compiled, problems = _compiled_helper(entry, resolver, pointer)
+        violations += problems
+        visible[name] = own[name] = DeclaredHelper(name, ref, entry_path, compiled)
+    return visible, list(own.values())
+
+
+def _compiled_helper(
+    entry: dict[str, Any], resolver: Resolver, pointer: str
+) -> tuple[CompiledScript | None, list[Violation]]:
+    # A helper's code compiled as the engine compiles it, or why it cannot be. A missing
+    # component is reported by the reference check (semantic.py), at the same pointer.
+    location = helper_location(entry)
+    ref = ComponentRef.from_reference(entry)
+    component = resolver.resolve(ref) if ref is not None else None
+    if component is None:
+        return None, []
+    try:
+        source = script_text(
+            {"encoding": "REF", "code": entry, "location": location}, lambda _: component
+        )
+        return compile_script(source, location), []
+    except ScriptTextMissing as exc:
+        return None, [Violation(pointer, f"helper {location}: {exc}")]
+    except ScriptCompileError as exc:
+        return None, [
+            Violation(pointer, f"helper {location}: " + (f"line {line}: " if line else "") + text)
+            for line, text in exc.problems
+        ]
+
+
+def _helper_import_violations(
+    helpers: Iterable[DeclaredHelper], allowed: set[str], visible: dict[str, DeclaredHelper]
+) -> list[Violation]:
+    # A helper may import what the scripts that may import it may: their modules and helpers.
+    return [
+        Violation(helper.pointer, f"helper {helper.compiled.location}: {_describe(refused)}")
+        for helper in helpers
+        if helper.compiled is not None
+        for refused in check_imports(helper.compiled, allowed, visible)
+    ]
+
+
+def _mapping_component_imports(compiled: CompiledScript) -> list[ScriptRefused]:
+    # A sys-mappings component is checked again by every workflow that uses it, against that
+    # workflow's allow-list and helpers: here, only what no workflow could allow is refused.
+    possible_helpers = {
+        name for module, _ in compiled.imports if (name := helper_of_import(module)) is not None
+    }
+    return check_imports(compiled, SCRIPT_MODULES, possible_helpers)
+
+
+def _site_allowed(site: ScriptSite, allowed: set[str], violations: list[Violation]) -> set[str]:
+    # The workflow's modules plus the script's own `scripts.allowedModules`.
+    local = site.node.get("scripts")
+    local_allowed = local.get("allowedModules", []) if isinstance(local, dict) else []
+    site_allowed = set(allowed)
+    for index, module in enumerate(local_allowed if isinstance(local_allowed, list) else []):
+        if not isinstance(module, str):
+            continue
+        reason = forbidden_module_reason(module)
+        if reason:
+            pointer = json_pointer(*site.path, "scripts", "allowedModules", index)
+            violations.append(Violation(pointer, reason))
+        else:
+            site_allowed.add(module)
+    return site_allowed
+
+
 def script_violations(
     document: Any, kind: str, resolver: Resolver, *, extra_allowed: Iterable[str] = ()
 ) -> list[Violation]:
     """Every script problem in `document`, each at the pointer of the offending field."""
     allowed, violations = workflow_allowed_modules(document)
     allowed.update(extra_allowed)
+    workflow_helpers: dict[str, DeclaredHelper] = {}
+    if kind == ComponentKind.WORKFLOW and isinstance(document, dict):
+        workflow_helpers, own = declared_helpers(
+            document.get("attributes"), ("attributes",), resolver, {}, violations
+        )
+        violations += _helper_import_violations(own, allowed, workflow_helpers)
     for site in iter_script_sites(document, kind):
+        site_allowed = _site_allowed(site, allowed, violations)
+        site_helpers, own = declared_helpers(
+            site.node, site.path, resolver, workflow_helpers, violations
+        )
+        violations += _helper_import_violations(own, site_allowed, site_helpers)
         if site.node.get("type") == "G" and not site.node.get("code"):
             continue  # a global script is resolved by name at run time
         source, problem = site_source(site, resolver)
@@ -186,20 +346,11 @@ def script_violations(
                 for line, message in exc.problems
             )
             continue
-        local = site.node.get("scripts")
-        local_allowed = local.get("allowedModules", []) if isinstance(local, dict) else []
-        site_allowed = set(allowed)
-        for index, module in enumerate(local_allowed if isinstance(local_allowed, list) else []):
-            if not isinstance(module, str):
-                continue
-            reason = forbidden_module_reason(module)
-            if reason:
-                pointer = json_pointer(*site.path, "scripts", "allowedModules", index)
-                violations.append(Violation(pointer, reason))
-            else:
-                site_allowed.add(module)
-        for refused in check_imports(compiled, site_allowed):
-            violations.append(Violation(code_pointer, _describe(refused)))
+        if kind == ComponentKind.MAPPING:
+            refusals = _mapping_component_imports(compiled)
+        else:
+            refusals = check_imports(compiled, site_allowed, site_helpers)
+        violations.extend(Violation(code_pointer, _describe(refused)) for refused in refusals)
         if kind == ComponentKind.MAPPING:
             continue  # helper libraries have no handler contract
         expected = _expected_handlers(site, resolver, document)

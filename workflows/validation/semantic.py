@@ -13,7 +13,15 @@ from typing import Any
 from instances.engine.boundaries import BoundaryAction, iso_duration, parse_action
 from instances.engine.errors import Violation
 from workflows.documents import KIND_BY_FLOW, ComponentKind, ComponentRef, json_pointer
+from workflows.validation.field_rules import field_rule_violations
+from workflows.validation.functions import function_and_extension_violations
+from workflows.validation.notifications import (
+    fan_out_notification_violations,
+    notification_reference_violations,
+)
 from workflows.validation.scripts import Resolver
+from workflows.validation.subflows import subflow_override_violations
+from workflows.validation.timeouts import timeout_violations
 
 MANUAL, AUTOMATIC, SCHEDULED, EVENT = 0, 1, 2, 3
 DEFAULT_AUTO = 10
@@ -39,10 +47,17 @@ def semantic_violations(document: Any, kind: str, resolver: Resolver) -> list[Vi
     if not isinstance(document, dict):
         return []
     violations = list(_reference_violations(document, resolver))
+    violations.extend(function_and_extension_violations(document, kind))
     if kind == ComponentKind.WORKFLOW:
         violations.extend(_workflow_violations(document))
+        violations.extend(subflow_override_violations(document, resolver))
+        violations.extend(timeout_violations(document))
+        violations.extend(notification_reference_violations(document, resolver))
     elif kind == ComponentKind.TASK:
         violations.extend(_fan_out_violations(document, resolver))
+        violations.extend(fan_out_notification_violations(document, resolver))
+    elif kind == ComponentKind.SCHEMA:
+        violations.extend(field_rule_violations(document))
     return violations
 
 

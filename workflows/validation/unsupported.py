@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 from instances.engine.errors import Violation
@@ -34,12 +33,7 @@ WORKFLOW, TASK, FUNCTION, EXTENSION = (
     ComponentKind.FUNCTION,
     ComponentKind.EXTENSION,
 )
-# Component kinds whose documents can hold script objects (a schema's body is a JSON Schema).
-SCRIPTED_KINDS = frozenset(
-    {WORKFLOW, TASK, FUNCTION, EXTENSION, ComponentKind.VIEW, ComponentKind.MAPPING}
-)
 EVENT_TRIGGER = 3
-MASKING = ("mask", "replace")
 
 
 @dataclass(frozen=True)
@@ -102,13 +96,6 @@ def _task_references(document: dict[str, Any]) -> Iterator[tuple[Path, dict[str,
             yield from _items(state.get(name), (*path, name))
 
 
-def _view_definitions(document: dict[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """The `view` of every state and transition that has one."""
-    for path, node in chain(_states(document), _transitions(document)):
-        if isinstance(node.get("view"), dict):
-            yield (*path, "view"), node["view"]
-
-
 def _listed(node: dict[str, Any], field: str) -> bool:
     """A non-empty list: `[]` (and null) means "none", the upstream default."""
     value = node.get(field)
@@ -116,18 +103,6 @@ def _listed(node: dict[str, Any], field: str) -> bool:
 
 
 # --- finders, one per row -----------------------------------------------------------------------
-
-
-def _boundary_timeouts(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """`onTimeout` of a workflow, state or task-level error boundary (`null` is none). The
-    vNext runtime documents it as not implemented either."""
-    holders = chain(
-        [(("attributes",), _attributes(document))], _states(document), _task_references(document)
-    )
-    for path, node in holders:
-        boundary = node.get("errorBoundary")
-        if isinstance(boundary, dict) and boundary.get("onTimeout") is not None:
-            yield (*path, "errorBoundary", "onTimeout")
 
 
 def _state_list(field: str) -> Finder:
@@ -139,36 +114,6 @@ def _state_list(field: str) -> Finder:
                 yield (*path, field)
 
     return find
-
-
-def _schema_rules(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """Inside a schema component's JSON Schema: `x-encryption` of a type other than `hash`
-    (encryption at rest) or hashing with an algorithm other than sha256, and `x-masking` with an
-    operator other than `mask` / `replace` (the reads apply those, and sha256 hashing)."""
-
-    def walk(node: Any, path: Path) -> Iterator[Path]:
-        if isinstance(node, dict):
-            encryption = node.get("x-encryption")
-            if isinstance(encryption, dict) and encryption.get("type") != "hash":
-                yield (*path, "x-encryption", "type")
-            elif isinstance(encryption, dict):
-                params = encryption.get("params")
-                algorithm = (
-                    params.get("algorithm", "sha256") if isinstance(params, dict) else "sha256"
-                )
-                if str(algorithm).lower() != "sha256":
-                    yield (*path, "x-encryption", "params", "algorithm")
-            masking = node.get("x-masking")
-            if isinstance(masking, dict) and masking.get("operator", "mask") not in MASKING:
-                yield (*path, "x-masking", "operator")
-            for key, value in node.items():
-                if key not in ("x-encryption", "x-masking"):
-                    yield from walk(value, (*path, key))
-        elif isinstance(node, list):
-            for index, value in enumerate(node):
-                yield from walk(value, (*path, index))
-
-    yield from walk(_attributes(document).get("schema"), ("attributes", "schema"))
 
 
 def _workflow_object(field: str) -> Finder:
@@ -191,62 +136,32 @@ def _event_transitions(document: dict[str, Any], resolver: Resolver) -> Iterator
             yield (*path, "triggerType")
 
 
-def _extensions(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """An extension component; a workflow's `extensions`/`features` references; the extension
-    names a view definition asks for (`view.extensions`, also in `rules[]` and `default`).
-    `[]` is none."""
-    if document.get("flow") == "sys-extensions":
-        yield ()
+# Function settings the runtime does not execute: the request/response contracts (a GET has no
+# body to check, and no function catalog shows them), and the cache key sources and stores a
+# Django cache has no use for (Dynamic Expresso expressions, Dapr state stores, generations).
+_FUNCTION_CONTRACTS = ("inputSchema", "outputSchema", "inputView", "outputView")
+_FUNCTION_CACHE_SOURCES = ("keyExpression", "generationKeyExpression", "generationKey", "storeName")
+
+
+def _function_settings(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
+    """On a function component: a `verbs` entry other than GET (functions answer GET), a
+    contract (`inputSchema`, `outputSchema`, `inputView`, `outputView`) and a cache key source
+    or store (`cache.keyExpression|generationKeyExpression|generationKey|storeName`); null is
+    none."""
+    if document.get("flow") != "sys-functions":
         return
     attributes = _attributes(document)
-    for field in ("extensions", "features"):
-        if _listed(attributes, field):
-            yield ("attributes", field)
-    for path, view in _view_definitions(document):
-        forms = chain(
-            [(path, view), ((*path, "default"), _object(view.get("default")))],
-            _items(view.get("rules"), (*path, "rules")),
-        )
-        for form_path, form in forms:
-            if _listed(form, "extensions"):
-                yield (*form_path, "extensions")
-
-
-def _view_rules(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """A view definition in its conditional form (`rules` + `default`): the view function only
-    serves the plain `{view, loadData}` form."""
-    for path, view in _view_definitions(document):
-        if _listed(view, "rules"):
-            yield (*path, "rules")
-
-
-def _functions(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """A function component, and a workflow's `functions` references (`[]` is none): only the
-    built-in state, data, view and schema functions are served."""
-    if document.get("flow") == "sys-functions":
-        yield ()
-    elif _listed(_attributes(document), "functions"):
-        yield ("attributes", "functions")
-
-
-# Values of `timer.reset` meaning "never reset", which is what the runtime does: the workflow
-# timeout is an absolute budget from the start (upstream reads the field nowhere either).
-NO_RESET = frozenset({"", "never", "none", "false"})
-
-
-def _timer_resets(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """`timer.reset` naming a reset strategy (not one of `NO_RESET`), on the workflow timeout
-    or on the timeout a SubFlow state's `overrides` gives its child."""
-    timeouts: list[tuple[Path, Any]] = [
-        (("attributes", "timeout"), _attributes(document).get("timeout"))
-    ]
-    for path, state in _states(document):
-        overrides = _object(_object(state.get("subFlow")).get("overrides"))
-        timeouts.append(((*path, "subFlow", "overrides", "timeout"), overrides.get("timeout")))
-    for path, timeout in timeouts:
-        reset = _object(_object(timeout).get("timer")).get("reset")
-        if isinstance(reset, str) and reset.strip().lower() not in NO_RESET:
-            yield (*path, "timer", "reset")
+    verbs = attributes.get("verbs")
+    for index, verb in enumerate(verbs if isinstance(verbs, list) else []):
+        if verb != "GET":
+            yield ("attributes", "verbs", index)
+    for name in _FUNCTION_CONTRACTS:
+        if attributes.get(name) is not None:
+            yield ("attributes", name)
+    cache = _object(attributes.get("cache"))
+    for name in _FUNCTION_CACHE_SOURCES:
+        if cache.get(name) not in (None, ""):
+            yield ("attributes", "cache", name)
 
 
 # Settings of the trigger task types the in-process call has no use for: it is not an HTTP
@@ -279,82 +194,10 @@ def _trigger_task_settings(document: dict[str, Any], resolver: Resolver) -> Iter
             yield (*path, "task")
 
 
-def _script_helpers(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """`scripts.helpers` of the workflow or of any script object (mapping, rule, timer, ...);
-    `[]` is none. `allowedModules` is executed; `allowedAssemblies` names .NET assemblies."""
+# Every task type DESIGN 4.4 says the runtime executes has an executor. The Dapr types (1-4, 17,
+# 20) and 5, 9, 16, 18 are not planned: they stay accepted and fail at run time with the clear
+# `Task:Unsupported` (DESIGN 4.4).
 
-    def walk(node: Any, path: Path) -> Iterator[Path]:
-        if isinstance(node, dict):
-            scripts = node.get("scripts")
-            is_script = bool({"code", "location", "encoding"} & set(node))
-            is_holder = is_script or path == ("attributes",)
-            if is_holder and isinstance(scripts, dict) and _listed(scripts, "helpers"):
-                yield (*path, "scripts", "helpers")
-            for key, value in node.items():
-                if key != "scripts":
-                    yield from walk(value, (*path, key))
-        elif isinstance(node, list):
-            for index, value in enumerate(node):
-                yield from walk(value, (*path, index))
-
-    yield from walk(document, ())
-
-
-def _subflow_overrides(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """A SubFlow state's view, transition-role and state-query-role overrides
-    (`subFlow.viewOverrides`, `subFlow.overrides.views|transitions|states`); `{}` and null are
-    none. `overrides.timeout` is executed."""
-    for path, state in _states(document):
-        subflow = _object(state.get("subFlow"))
-        if _object(subflow.get("viewOverrides")):
-            yield (*path, "subFlow", "viewOverrides")
-        overrides = _object(subflow.get("overrides"))
-        for name in ("views", "transitions", "states"):
-            if _object(overrides.get(name)):
-                yield (*path, "subFlow", "overrides", name)
-
-
-def _task_type(task_type: str) -> Finder:
-    """A task component of `task_type` (at its `type`), and every task reference of a workflow
-    that resolves to one (at its `task`): a task published before this table still counts."""
-
-    def is_of_type(document: Any) -> bool:
-        return str(_object(_object(document).get("attributes")).get("type")) == task_type
-
-    def find(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-        if document.get("flow") == "sys-tasks":
-            if is_of_type(document):
-                yield ("attributes", "type")
-            return
-        for path, reference in _task_references(document):
-            ref = ComponentRef.from_reference(reference.get("task"))
-            if ref is not None and ref.kind == TASK and is_of_type(resolver.resolve(ref)):
-                yield (*path, "task")
-
-    return find
-
-
-def _task_row(task_type: str, name: str, built_by: str) -> UnsupportedFeature:
-    return UnsupportedFeature(
-        feature=f"{name} (task type {task_type})",
-        kinds=frozenset({TASK, WORKFLOW}),
-        where=(
-            "task: /attributes/type; workflow: any onExecutionTasks/onEntries/onExits item "
-            ".../task that resolves to such a task"
-        ),
-        find=_task_type(task_type),
-        built_by=built_by,
-    )
-
-
-# Task types DESIGN 4.4 says the runtime executes that have no executor yet (each fails with
-# `Task:Unsupported` at run time). The Dapr types (1-4, 17, 20) and 5, 9, 16, 18 are not planned:
-# they stay accepted and fail at run time with that clear code (DESIGN 4.4).
-_TASKS: dict[str, tuple[str, str]] = {
-    "10": ("notification task", "notification tasks (DESIGN 4.4)"),
-}
-
-STATES = "/attributes/states/{i}"
 TRANSITIONS = (
     "/attributes/startTransition, /attributes/states/{i}/transitions/{j}, "
     "/attributes/sharedTransitions/{j}, /attributes/cancel|exit|updateData"
@@ -362,60 +205,15 @@ TRANSITIONS = (
 
 UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
     UnsupportedFeature(
-        feature="field encryption at rest (x-encryption other than hash) or a masking operator "
-        "other than mask/replace",
-        kinds=frozenset({ComponentKind.SCHEMA}),
-        where="schema: /attributes/schema/.../x-encryption/type, .../x-masking/operator",
-        find=_schema_rules,
-        built_by="encryption at rest of master-schema fields with managed keys; x-roles, "
-        "x-masking mask/replace and x-encryption hash are applied to data reads",
-    ),
-    UnsupportedFeature(
-        feature="error boundary timeout policy (errorBoundary.onTimeout)",
-        kinds=frozenset({WORKFLOW}),
-        where=(
-            "/attributes/errorBoundary/onTimeout, /attributes/states/{i}/errorBoundary/onTimeout, "
-            "{transition or state}/onExecutionTasks|onEntries|onExits/{k}/errorBoundary/onTimeout"
-        ),
-        find=_boundary_timeouts,
-        built_by="error-boundary timeout policies (not implemented upstream either; onError rules "
-        "already match `Task:Http:Timeout` and `Script:Timeout`)",
-    ),
-    UnsupportedFeature(
-        feature="extension",
-        kinds=frozenset({WORKFLOW, EXTENSION}),
-        where=(
-            "extension component: the document (pointer ''); workflow: /attributes/extensions, "
-            "/attributes/features, {state or transition}/view/extensions "
-            "(also view/default/extensions, view/rules/{k}/extensions)"
-        ),
-        find=_extensions,
-        built_by="extensions: run sys-extensions tasks into the `extensions` of instance and "
-        "data responses",
-    ),
-    UnsupportedFeature(
-        feature="conditional view (view.rules)",
-        kinds=frozenset({WORKFLOW}),
-        where="{state or transition}/view/rules",
-        find=_view_rules,
-        built_by="view rules: pick the view whose rule holds, else `default` (vnext-schema "
-        "viewDefinition)",
-    ),
-    UnsupportedFeature(
-        feature="custom function",
-        kinds=frozenset({WORKFLOW, FUNCTION}),
-        where="function component: the document (pointer ''); workflow: /attributes/functions",
-        find=_functions,
-        built_by="custom functions: GET .../functions/{name} runs a sys-functions task",
-    ),
-    UnsupportedFeature(
-        feature="timer reset (timer.reset)",
-        kinds=frozenset({WORKFLOW}),
-        where="/attributes/timeout/timer/reset, "
-        f"{STATES}/subFlow/overrides/timeout/timer/reset (a value other than never/none/false/"
-        "empty)",
-        find=_timer_resets,
-        built_by="workflow timeout reset strategies (re-arming the timeout)",
+        feature="custom function setting (a verb other than GET, an input/output contract, a "
+        "cache key expression, generation or store)",
+        kinds=frozenset({FUNCTION}),
+        where="function: /attributes/verbs/{i}, /attributes/inputSchema|outputSchema|inputView|"
+        "outputView, /attributes/cache/keyExpression|generationKeyExpression|generationKey|"
+        "storeName",
+        find=_function_settings,
+        built_by="custom functions called with a body (POST/PATCH/DELETE, inputSchema "
+        "validation), a function catalog showing their contracts, cache keys computed by scripts",
     ),
     UnsupportedFeature(
         feature="trigger task setting the in-process call does not use",
@@ -425,26 +223,7 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         find=_trigger_task_settings,
         built_by="trigger tasks calling another runtime over HTTP (a remote target)",
     ),
-    UnsupportedFeature(
-        feature="script helpers (scripts.helpers)",
-        kinds=SCRIPTED_KINDS,
-        where="/attributes/scripts/helpers, {any script object}/scripts/helpers",
-        find=_script_helpers,
-        built_by="script helper libraries (sys-mappings) loaded beside a script "
-        "(seed 001 'Scripts (Helpers & Allowed Assemblies)')",
-    ),
-    UnsupportedFeature(
-        feature="subflow view and role override",
-        kinds=frozenset({WORKFLOW}),
-        where=f"{STATES}/subFlow/viewOverrides, {STATES}/subFlow/overrides/views|transitions|"
-        "states",
-        find=_subflow_overrides,
-        built_by="subflow overrides of the child's views and roles, with role checks "
-        "(seed 001 SubFlow state; `overrides.timeout` is executed)",
-    ),
-    *(_task_row(task_type, name, built_by) for task_type, (name, built_by) in _TASKS.items()),
 )
-UNSUPPORTED_TASK_TYPES = tuple(_TASKS)
 
 
 def unsupported_violations(document: Any, kind: str, resolver: Resolver) -> list[Violation]:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
+from instances.engine.task_types.base import (
+    OutgoingNotification,
+    StandardResponse,
+    TaskCall,
+    TaskFailure,
+)
 from instances.engine.task_types.flows import (
     execute_direct_trigger,
     execute_start_flow,
@@ -16,6 +21,7 @@ from instances.engine.task_types.instance_data import (
     execute_get_instance_data,
     execute_get_instances,
 )
+from instances.engine.task_types.notification import NOTIFICATION_TYPE, execute_notification
 from instances.engine.task_types.script import execute_condition, execute_script
 
 Executor = Callable[[TaskCall], StandardResponse]
@@ -24,6 +30,7 @@ EXECUTORS: dict[str, Executor] = {
     "6": execute_http,
     "7": execute_script,
     "8": execute_condition,
+    NOTIFICATION_TYPE: execute_notification,
     "11": execute_start_flow,
     "12": execute_direct_trigger,
     "13": execute_get_instance_data,
@@ -38,8 +45,10 @@ PURE_TASK_TYPES = frozenset({"7", "8"})
 
 __all__ = [
     "EXECUTORS",
+    "NOTIFICATION_TYPE",
     "PURE_TASK_TYPES",
     "Executor",
+    "OutgoingNotification",
     "StandardResponse",
     "TaskCall",
     "TaskFailure",

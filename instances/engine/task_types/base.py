@@ -7,6 +7,7 @@ from typing import Any
 
 from instances.engine.errors import Codes, ErrorCode
 from instances.engine.ports import InstanceReader, InstanceWriter, SubprocessParent
+from instances.engine.script_runner import ScriptHandle
 from instances.engine.script_wire import ScriptObject
 
 
@@ -70,6 +71,18 @@ class TaskFailure(Exception):
         return self.response is not None
 
 
+@dataclass(frozen=True)
+class OutgoingNotification:
+    """A message a task hands over for delivery on `channel`: a `task-notification` job
+    committed with the hop, so it is sent only if the hop commits, and retried until it is.
+    `content` None on the `state` channel: the platform shapes it (the state function) when it
+    is delivered."""
+
+    channel: str
+    content: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class TaskCall:
     """One execution of a task: its (possibly script-mutated) view, and what it may read."""
@@ -83,6 +96,12 @@ class TaskCall:
     workflow: str = ""
     # The running instance and its state (a SubProcess task's parent).
     parent: SubprocessParent | None = None
+    # The reference's mapping and the context its handlers get: the notification task calls
+    # its own handlers on them (`channel_handler`, `enrich`).
+    mapping: ScriptHandle | None = None
+    context: ScriptObject | None = None
+    # What the task hands over for delivery once the hop commits (notification tasks).
+    outbox: list[OutgoingNotification] = field(default_factory=list)
 
 
 def accepted(status: int, patterns: list[str]) -> bool:

@@ -17,7 +17,10 @@ def _one(call: TaskCall) -> dict:
     if call.reader is None:
         raise TaskFailure(Codes.TASK_UNSUPPORTED, "no instance reader is configured")
     ref = str(task.get("instance_id") or task.get("key") or "")
-    found = call.reader.instance(own_domain(call), str(task.get("flow") or ""), ref)
+    asking = call.parent.instance_id if call.parent is not None else None
+    found = call.reader.instance(
+        own_domain(call), str(task.get("flow") or ""), ref, asked_by=asking
+    )
     if found is None:
         raise TaskFailure(
             Codes.TASK_INSTANCE_NOT_FOUND, f"instance {ref!r} of {task.get('flow')} not found"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,7 @@ class Command(BaseCommand):
             # share the queue safely) and its own script pool; this process only supervises.
             os.environ[EMBEDDED_RUNNER_IN_WORKERS] = "1" if embedded else ""
             self.stdout.write(f"{workers} HTTP worker processes")
+            self.stdout.write(f"metrics of every worker process in {_metrics_directory(port)}")
         elif embedded:
             start_embedded_runner()
         if embedded:
@@ -148,6 +150,24 @@ class Command(BaseCommand):
         finally:
             if embedded and workers == 1:
                 stop_embedded_runner()
+
+
+def _metrics_directory(port: int) -> str:
+    """Where the worker processes write their metrics, so that `/metrics` on any of them adds
+    them all up (prometheus-client's multiprocess mode): `PROMETHEUS_MULTIPROC_DIR` when the
+    operator set one (shared with Celery workers on the host, say), else `var/prometheus-<port>`,
+    emptied at start (what a previous run counted is gone with its processes)."""
+    configured = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if configured:
+        Path(configured).mkdir(parents=True, exist_ok=True)
+        return configured
+    directory = Path(settings.BASE_DIR) / "var" / f"prometheus-{port}"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    # The workers are new interpreters: they read it from the environment before they import
+    # prometheus-client.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    return str(directory)
 
 
 # Set for the worker processes of a multi-process server: each starts an embedded job runner.
