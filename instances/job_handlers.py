@@ -26,7 +26,7 @@ from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import ForwardToSubflow, PipelineFault, Rejected
 from instances.engine.pipeline import TransitionRequest
-from instances.engine.ports import InstanceAnswer, SubprocessParent
+from instances.engine.ports import CallOptions, InstanceAnswer, SubprocessParent
 from instances.engine.profiles import Order
 from instances.engine.records import (
     LONG_POLL_OWNER_PREFIX,
@@ -779,9 +779,10 @@ class ServiceInstanceWriter:
         sync: bool,
         headers: dict[str, str],
         parent: SubprocessParent | None = None,
+        options: CallOptions | None = None,
     ) -> InstanceAnswer:
         """Start an instance (a SubProcess child when `parent` is given); 409 when a live
-        instance already has `key`."""
+        instance already has `key`. In-process: `options` (remote call settings) do not apply."""
         request: dict[str, Any] = {"attributes": body, "tags": tags}
         if key:
             request["key"] = key
@@ -832,6 +833,7 @@ class ServiceInstanceWriter:
         body: dict[str, Any],
         sync: bool,
         headers: dict[str, str],
+        options: CallOptions | None = None,
     ) -> InstanceAnswer:
         """Run `transition` on instance `ref` of `flow`, as `PATCH .../transitions/...`."""
         run = instance_transition if sync else instance_transition_accept

@@ -27,8 +27,12 @@ DEFAULTS: dict[str, Any] = {
     # them itself when no worker has) before it answers with the instance still Busy.
     "SYNC_RETRY_WAIT_SECONDS": 10.0,
     # What the trigger task types (11 start, 12 direct trigger, 14 subprocess) start instances
-    # and run transitions with: the instance services, in-process.
-    "INSTANCE_WRITER": "instances.job_handlers.ServiceInstanceWriter",
+    # and run transitions with: the instance services in-process, or over HTTP the runtime
+    # REMOTE_DOMAINS names for a domain (`{"payments": "https://pay.example/api/v1"}`), with the
+    # token REMOTE_TOKENS gives for it.
+    "INSTANCE_WRITER": "instances.remote.RoutingInstanceWriter",
+    "REMOTE_DOMAINS": {},
+    "REMOTE_TOKENS": {},
     # State notifications: the channel class, the webhook (URL, HMAC secret, timeout), or the
     # Redis pub/sub channel. The secret defaults to one derived from SECRET_KEY.
     "NOTIFICATION_CHANNEL": "instances.notifications.WebhookChannel",
@@ -120,3 +124,10 @@ def notification_secret() -> str:
     if configured:
         return str(configured)
     return hashlib.sha256(f"vnext-notifications:{settings.SECRET_KEY}".encode()).hexdigest()
+
+
+def remote_base_url(domain: str) -> str | None:
+    """The API base (`https://host/api/v1`) of the runtime `REMOTE_DOMAINS` routes `domain` to,
+    or None when this runtime serves it."""
+    url = (vnext_setting("REMOTE_DOMAINS") or {}).get(domain)
+    return str(url).rstrip("/") if url else None

@@ -234,6 +234,10 @@ VNEXT = {
     "EMBEDDED_RUNNER_THREADS": env.int("VNEXT_EMBEDDED_RUNNER_THREADS", default=4),
     "FAN_OUT_MAX_CONCURRENT_ITEMS": env.int("VNEXT_FAN_OUT_MAX_CONCURRENT_ITEMS", default=64),
     "FUNCTION_CACHE_SECONDS": env.float("VNEXT_FUNCTION_CACHE_SECONDS", default=60.0),
+    # Domains another vNext runtime serves (`payments=https://pay.example/api/v1,...`): trigger
+    # tasks reach them over HTTP, with the token given here for each.
+    "REMOTE_DOMAINS": env.dict("VNEXT_REMOTE_DOMAINS", default={}),
+    "REMOTE_TOKENS": env.dict("VNEXT_REMOTE_TOKENS", default={}),
     "NOTIFICATION_CHANNEL": env.str(
         "VNEXT_NOTIFICATION_CHANNEL", default="instances.notifications.WebhookChannel"
     ),

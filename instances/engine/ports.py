@@ -150,6 +150,15 @@ class SubprocessParent:
     state: str
 
 
+@dataclass(frozen=True)
+class CallOptions:
+    """How a trigger task reaches a remote runtime (its `timeoutSeconds`, `validateSsl`); an
+    in-process target has no use for them (publish refuses them there)."""
+
+    timeout_seconds: float | None = None
+    validate_ssl: bool = True
+
+
 class InstanceWriter(Protocol):
     """Starts instances and runs transitions for the trigger task types (11, 12, 14)."""
 
@@ -165,6 +174,7 @@ class InstanceWriter(Protocol):
         sync: bool,
         headers: dict[str, str],
         parent: SubprocessParent | None = None,
+        options: CallOptions | None = None,
     ) -> InstanceAnswer:
         """Start an instance of `flow` (a SubProcess child of `parent`) with `headers` as its
         request's headers; 409 when a live instance already has `key`."""
@@ -180,6 +190,7 @@ class InstanceWriter(Protocol):
         body: dict[str, Any],
         sync: bool,
         headers: dict[str, str],
+        options: CallOptions | None = None,
     ) -> InstanceAnswer:
         """Run `transition` on the instance `ref` (id or key) of `flow`, with `headers` as its
         request's headers."""

@@ -10,6 +10,7 @@ from workflows.documents import detect_kind
 from workflows.validation.scripts import Resolver, script_violations
 from workflows.validation.semantic import semantic_violations
 from workflows.validation.structural import structural_violations
+from workflows.validation.triggers import trigger_violations
 from workflows.validation.unsupported import unsupported_violations
 
 
@@ -32,6 +33,7 @@ def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
     structural = structural_violations(document, kind)
     specific = semantic_violations(document, kind, resolver)
     specific += script_violations(document, kind, resolver)
+    specific += trigger_violations(document, kind, resolver)
     pointers = {violation.pointer for violation in specific}
     merged = [v for v in structural if v.pointer not in pointers] + specific
     merged += unsupported_violations(document, kind, resolver)

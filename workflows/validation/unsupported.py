@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from instances.engine.errors import Violation
-from workflows.documents import ComponentKind, ComponentRef, json_pointer
+from workflows.documents import ComponentKind, json_pointer
 from workflows.validation.scripts import Resolver
 
 Path = tuple[str | int, ...]
@@ -164,36 +164,6 @@ def _function_settings(document: dict[str, Any], resolver: Resolver) -> Iterator
             yield ("attributes", "cache", name)
 
 
-# Settings of the trigger task types the in-process call has no use for: it is not an HTTP
-# call (no timeout, no TLS), and a transition runs on whatever version the instance pinned.
-_IDLE_TRIGGER_SETTINGS = {
-    "11": ("timeoutSeconds", "validateSsl"),
-    "12": ("timeoutSeconds", "validateSsl", "version", "tags"),
-    "14": ("timeoutSeconds", "validateSsl"),
-}
-
-
-def _trigger_task_settings(document: dict[str, Any], resolver: Resolver) -> Iterator[Path]:
-    """A start-flow, direct-trigger or subprocess task setting the runtime would not use, on the
-    task component (at the setting), and on every workflow reference to such a task (at its
-    `task`): a task published before this table still counts."""
-
-    def idle(task: Any) -> list[str]:
-        attributes = _object(_object(task).get("attributes"))
-        config = _object(attributes.get("config"))
-        names = _IDLE_TRIGGER_SETTINGS.get(str(attributes.get("type")), ())
-        return [name for name in names if config.get(name) not in (None, [], "")]
-
-    if document.get("flow") == "sys-tasks":
-        for name in idle(document):
-            yield ("attributes", "config", name)
-        return
-    for path, reference in _task_references(document):
-        ref = ComponentRef.from_reference(reference.get("task"))
-        if ref is not None and ref.kind == TASK and idle(resolver.resolve(ref)):
-            yield (*path, "task")
-
-
 # Every task type DESIGN 4.4 says the runtime executes has an executor. The Dapr types (1-4, 17,
 # 20) and 5, 9, 16, 18 are not planned: they stay accepted and fail at run time with the clear
 # `Task:Unsupported` (DESIGN 4.4).
@@ -214,14 +184,6 @@ UNSUPPORTED: tuple[UnsupportedFeature, ...] = (
         find=_function_settings,
         built_by="custom functions called with a body (POST/PATCH/DELETE, inputSchema "
         "validation), a function catalog showing their contracts, cache keys computed by scripts",
-    ),
-    UnsupportedFeature(
-        feature="trigger task setting the in-process call does not use",
-        kinds=frozenset({TASK, WORKFLOW}),
-        where="task (type 11/14): /attributes/config/timeoutSeconds|validateSsl; type 12 also "
-        "version|tags; workflow: .../task of a reference to such a task",
-        find=_trigger_task_settings,
-        built_by="trigger tasks calling another runtime over HTTP (a remote target)",
     ),
 )
 

@@ -4,7 +4,8 @@ run a transition through the engine's `InstanceWriter` port, and answer like the
 A status outside 2xx fails the task with `Task:Trigger:<status>` (a duplicate start by key is
 409) unless `acceptedStatusCodes` accepts it; the output handler sees the answer either way.
 A SubProcess child is started fire-and-forget with a `P` correlation to the running instance:
-the parent does not wait for it.
+the parent does not wait for it. A target domain the operator routes to another runtime
+(`VNEXT_REMOTE_DOMAINS`) is called over HTTP with the task's `timeoutSeconds` and `validateSsl`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from instances.engine.errors import Codes
-from instances.engine.ports import InstanceAnswer, SubprocessParent
+from instances.engine.ports import CallOptions, InstanceAnswer, SubprocessParent
 from instances.engine.task_types.base import (
     StandardResponse,
     TaskCall,
@@ -50,6 +51,7 @@ def execute_direct_trigger(call: TaskCall) -> StandardResponse:
         body=_body(call),
         sync=bool(task.get("sync")),
         headers=_headers(call),
+        options=_options(call),
     )
     return _answered(call, answer, f"transition {transition} of {ref}")
 
@@ -68,6 +70,7 @@ def _start(call: TaskCall, *, parent: SubprocessParent | None) -> StandardRespon
         sync=bool(task.get("sync")),
         headers=_headers(call),
         parent=parent,
+        options=_options(call),
     )
     return _answered(call, answer, f"start of {flow}")
 
@@ -83,6 +86,14 @@ def _headers(call: TaskCall) -> dict[str, str]:
     # headers, which its scripts read as `context.headers` (credentials are dropped there).
     headers = call.task.get("headers") or {}
     return {str(name).lower(): str(value) for name, value in dict(headers).items()}
+
+
+def _options(call: TaskCall) -> CallOptions:
+    timeout = call.task.get("timeout_seconds")
+    return CallOptions(
+        timeout_seconds=float(timeout) if timeout else None,
+        validate_ssl=call.task.get("validate_ssl") is not False,
+    )
 
 
 def _body(call: TaskCall) -> dict[str, Any]:

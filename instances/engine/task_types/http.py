@@ -22,7 +22,7 @@ def execute_http(call: TaskCall) -> StandardResponse:
     method = str(task.get("method") or "GET").upper()
     timeout = float(task.get("timeout_seconds") or 30)
     try:
-        response = _client(bool(task.get("validate_ssl", True))).request(
+        response = shared_client(bool(task.get("validate_ssl", True))).request(
             method,
             str(task.get("url") or ""),
             headers={str(k): str(v) for k, v in (task.get("headers") or {}).items()},
@@ -52,7 +52,8 @@ _clients: dict[bool, httpx.Client] = {}
 _clients_lock = threading.Lock()
 
 
-def _client(verify: bool) -> httpx.Client:
+def shared_client(verify: bool) -> httpx.Client:
+    """The process's keep-alive client for one TLS setting (`verify`), keeping no cookies."""
     # One client per TLS setting for the process: its connection pool keeps connections alive
     # between calls (a new client costs ~28 ms of TLS set-up per call). It keeps no cookies, so
     # nothing one call receives goes with another workflow's call.
