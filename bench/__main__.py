@@ -1,9 +1,13 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
-The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz`, `fanout` and
-`admin` suites need PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the
-benchmarks' own database (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides
-it), so `make bench` never writes to the test database. The other suites use no database.
+The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz`, `fanout`,
+`admin` and `observability` suites need PostgreSQL: before Django is set up, `DATABASE_URL` is
+pointed at the benchmarks' own database (`vnext_bench`, created when missing;
+`BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the test database. The
+other suites use no database.
+
+`python -m bench soak [options]` is the fault-injection soak (bench/soak.py), never part of the
+default list: it runs the production topology with Celery for many minutes in `vnext_soak`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ SUITES = (
     "fuzz",
     "fanout",
     "admin",
+    "observability",
 )
 # Every suite but these needs PostgreSQL.
 DATABASE_SUITES = set(SUITES) - {"scripts", "validation"}
@@ -32,6 +37,13 @@ DATABASE_SUITES = set(SUITES) - {"scripts", "validation"}
 
 def main(argv: list[str]) -> None:
     """Set up Django, then run the named benchmarks (default: all)."""
+    if argv[:1] == ["soak"]:
+        # Not a suite of `make bench`: it runs for many minutes, kills workers and restarts
+        # PostgreSQL, in its own database (bench/soak.py).
+        from bench.soak import main as soak
+
+        soak(argv[1:])
+        return
     names = argv or list(SUITES)
     unknown = [name for name in names if name not in SUITES]
     if unknown:
@@ -50,6 +62,7 @@ def main(argv: list[str]) -> None:
         bench_jobs,
         bench_locks,
         bench_longpoll,
+        bench_observability,
         bench_scripts,
         bench_serving,
         bench_subflows,
@@ -69,6 +82,7 @@ def main(argv: list[str]) -> None:
         "longpoll": bench_longpoll.main,
         "serving": bench_serving.main,
         "fuzz": bench_fuzz.main,
+        "observability": bench_observability.main,
     }
     from bench.summary import print_summary
 

@@ -262,3 +262,57 @@ class EventOutcomeSerializer(serializers.Serializer):
     matched = serializers.IntegerField(help_text="instances started or moved")
     instances = serializers.ListField(child=serializers.UUIDField())
     duplicate = serializers.BooleanField(help_text="seen before: nothing changed")
+
+
+class FunctionSchemaContractSerializer(serializers.Serializer):
+    """A function's input or output schema (the entry its rules chose for this caller)."""
+
+    key = serializers.CharField(allow_null=True)
+    version = serializers.CharField(allow_null=True)
+    type = Free(allow_null=True)
+    schema = Free(allow_null=True, help_text="the JSON Schema")
+
+
+class FunctionViewContractSerializer(serializers.Serializer):
+    """A function's input or output view (the entry its rules chose for this caller)."""
+
+    key = serializers.CharField(allow_null=True)
+    version = serializers.CharField(allow_null=True)
+    content = Free(allow_null=True)
+    type = Free(allow_null=True)
+    display = serializers.CharField(allow_null=True)
+    label = Free(allow_null=True)  # type: ignore[assignment]
+    loadData = serializers.BooleanField()
+
+
+class FunctionLabelSerializer(serializers.Serializer):
+    label = serializers.CharField()  # type: ignore[assignment]
+    language = serializers.CharField()
+
+
+class FunctionCatalogItemSerializer(serializers.Serializer):
+    """A function the caller may run: how to call it and its contracts (null: none declared,
+    or no rule of the slot holds for this caller)."""
+
+    key = serializers.CharField()
+    domain = serializers.CharField()
+    version = serializers.CharField()
+    scope = serializers.ChoiceField(choices=["I", "F", "D"])
+    verbs = serializers.ListField(
+        child=serializers.ChoiceField(choices=["GET", "POST", "PATCH", "DELETE"]),
+        help_text="the verbs it answers (all four when the function declares none)",
+    )
+    rawResponse = serializers.BooleanField()
+    cacheable = serializers.BooleanField()
+    labels = FunctionLabelSerializer(many=True)
+    href = serializers.CharField(help_text="where to call it")
+    inputSchema = FunctionSchemaContractSerializer(allow_null=True)
+    outputSchema = FunctionSchemaContractSerializer(allow_null=True)
+    inputView = FunctionViewContractSerializer(allow_null=True)
+    outputView = FunctionViewContractSerializer(allow_null=True)
+
+
+class FunctionCatalogSerializer(serializers.Serializer):
+    """The functions the caller may run here."""
+
+    items = FunctionCatalogItemSerializer(many=True)

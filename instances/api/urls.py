@@ -40,11 +40,21 @@ urlpatterns = [
             ("authorize", views.InstanceAuthorizeFunctionView),
         )
     ],
+    path(
+        f"{ONE}/functions",
+        views.InstanceFunctionCatalogView.as_view(),
+        name="instance-function-catalog",
+    ),
     # Any other name: a custom function the workflow declares (the built-ins above win).
     path(
         f"{ONE}/functions/<str:function>",
         views.InstanceCustomFunctionView.as_view(),
         name="instance-function",
+    ),
+    path(
+        "<str:domain>/functions",
+        views.DomainFunctionCatalogView.as_view(),
+        name="domain-function-catalog",
     ),
     path(
         "<str:domain>/functions/<str:function>",

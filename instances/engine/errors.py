@@ -117,6 +117,14 @@ class Codes:
     FUNCTION_CACHE_FAILED = ErrorCode(
         "Function:CacheFailed", 503, "The function's cache is unavailable"
     )
+    FUNCTION_VERB_NOT_ALLOWED = ErrorCode(
+        "Function:VerbNotAllowed", 405, "The function does not answer this verb"
+    )
+    # The function's own answer breaks its declared outputSchema: the server's contract
+    # failure, never sent to the client.
+    FUNCTION_OUTPUT_INVALID = ErrorCode(
+        "Function:OutputInvalid", 502, "The function's output breaks its output schema"
+    )
     # Reported inside the `extensions` of an answer (the read itself succeeds).
     EXTENSION_NOT_FOUND = ErrorCode(
         "Extension:NotFound", 404, "No such extension for this workflow and read"

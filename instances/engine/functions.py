@@ -4,28 +4,44 @@
 scripts' context. Nothing they compute is written to the instance: a function answers it, an
 extension's output goes into the `extensions` of instance reads.
 
+A function answers the verbs it declares (`verbs`; none declared: every one of
+`FUNCTION_VERBS`); a body-taking call's body is the scripts' `context.body`. Its contracts
+(`inputSchema`, `outputSchema`, `inputView`, `outputView`) are a component reference or rule
+entries chosen like view rules (`contract_choice`). Its cache key and generation may be computed
+by expression scripts (`handler(context) -> str`, `expression_value`).
+
 Plain data in, a result out: who may call a function, where its answer is cached and which
 extensions a read runs are decided by the adapters (`instances.functions`,
 `instances.extensions`)."""
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
 from instances.engine.definition import WorkflowDefinition
-from instances.engine.errors import VNextError
+from instances.engine.errors import Codes, VNextError
 from instances.engine.records import InstanceSnapshot
 from instances.engine.script_runner import response_data, script_context
-from instances.engine.scripts import ScriptError, ScriptResponse
+from instances.engine.scripts import ScriptError, ScriptResponse, ScriptUnavailable
 from instances.engine.task_types import TaskFailure
 from instances.engine.tasks import TaskOutcome, TaskRunner
+
+logger = logging.getLogger("vnext.functions")
 
 # The functions every instance serves itself (`.../functions/state` ...): a custom function of
 # one of these names could never be called, so publishing refuses the declaration.
 BUILT_IN_FUNCTIONS = frozenset({"state", "data", "view", "schema", "authorize"})
+
+# The verbs a function may declare (vnext-schema `verbs`), in the order `Allow` lists them. A
+# function that declares none answers every one of them, as vNext does.
+FUNCTION_VERBS = ("GET", "POST", "PATCH", "DELETE")
+# The verbs that carry a request body (`context.body`); a GET is answered without one.
+BODY_VERBS = frozenset({"POST", "PATCH", "DELETE"})
 
 
 class FunctionScope(StrEnum):
@@ -69,16 +85,23 @@ def variable_name(key: str) -> str:
 
 @dataclass(frozen=True)
 class FunctionCache:
-    """`attributes.cache` of a function (read-through, opt-in): the entry's key (`key`, else the
-    function's own), its lifetime (`ttlInSeconds`; null or not positive: no expiry), what a
-    cache failure does (`bypassOnCacheError`: run uncached, the default; else fail), and the
-    request headers that vary the entry (exact names and name prefixes, case-insensitive)."""
+    """`attributes.cache` of a function (read-through, opt-in): the entry's key (`keyExpression`'s
+    value, else `key`, else the function's own), its generation (`generationKeyExpression`'s
+    value, else `generationKey`; none: no generation), the Django cache alias it lives in
+    (`storeName`; empty: `default`), its lifetime (`ttlInSeconds`; null or not positive: no
+    expiry), what a cache failure does (`bypassOnCacheError`: run uncached, the default; else
+    fail), and the request headers that vary the entry (exact names and name prefixes,
+    case-insensitive)."""
 
     key: str
     ttl_seconds: int | None
     bypass_on_error: bool
     vary_headers: tuple[str, ...]
     vary_prefixes: tuple[str, ...]
+    key_expression: dict[str, Any] | None = None
+    generation_key: str = ""
+    generation_expression: dict[str, Any] | None = None
+    store: str = ""
 
     @classmethod
     def parse(cls, value: Any, default_key: str) -> FunctionCache | None:
@@ -87,13 +110,24 @@ class FunctionCache:
             return None
         ttl = value.get("ttlInSeconds")
         positive = isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0
+        generation = value.get("generationKey")
+        store = value.get("storeName")
         return cls(
             key=str(value.get("key") or default_key),
             ttl_seconds=ttl if positive else None,
             bypass_on_error=value.get("bypassOnCacheError") is not False,
             vary_headers=_lower_names(value.get("varyByHeaders")),
             vary_prefixes=_lower_names(value.get("varyByHeaderPrefixes")),
+            key_expression=_script(value.get("keyExpression")),
+            generation_key=generation if isinstance(generation, str) else "",
+            generation_expression=_script(value.get("generationKeyExpression")),
+            store=store if isinstance(store, str) else "",
         )
+
+    @property
+    def has_generation(self) -> bool:
+        """The entries live in a generation (a static or computed generation key)."""
+        return bool(self.generation_key) or self.generation_expression is not None
 
     def variant(self, headers: dict[str, str]) -> list[tuple[str, str]]:
         """The request headers (lower-case names) this entry varies by, sorted."""
@@ -102,6 +136,11 @@ class FunctionCache:
             for name, value in headers.items()
             if name in self.vary_headers or name.startswith(self.vary_prefixes)
         )
+
+
+def _script(value: Any) -> dict[str, Any] | None:
+    # An expression script object (`{code, location?, encoding?}`); without code: none.
+    return value if isinstance(value, dict) and value.get("code") else None
 
 
 def _lower_names(value: Any) -> tuple[str, ...]:
@@ -131,6 +170,12 @@ class FunctionDef:
     tasks: tuple[dict[str, Any], ...]
     output: dict[str, Any] | None
     cache: FunctionCache | None
+    declared_verbs: tuple[str, ...] = ()
+    input_schema: tuple[ContractEntry, ...] = ()
+    output_schema: tuple[ContractEntry, ...] = ()
+    input_view: tuple[ContractEntry, ...] = ()
+    output_view: tuple[ContractEntry, ...] = ()
+    labels: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def parse(cls, document: dict[str, Any]) -> FunctionDef:
@@ -138,6 +183,8 @@ class FunctionDef:
         attributes = document.get("attributes") or {}
         key = str(document.get("key", ""))
         output = attributes.get("output")
+        verbs = attributes.get("verbs")
+        labels = attributes.get("labels")
         return cls(
             key=key,
             domain=str(document.get("domain", "")),
@@ -148,12 +195,76 @@ class FunctionDef:
             tasks=_task_references(attributes),
             output=output if isinstance(output, dict) and output.get("code") else None,
             cache=FunctionCache.parse(attributes.get("cache"), key),
+            declared_verbs=tuple(
+                dict.fromkeys(v.upper() for v in verbs or [] if isinstance(v, str))
+            ),
+            input_schema=contract_entries(attributes.get("inputSchema"), "schema"),
+            output_schema=contract_entries(attributes.get("outputSchema"), "schema"),
+            input_view=contract_entries(attributes.get("inputView"), "view"),
+            output_view=contract_entries(attributes.get("outputView"), "view"),
+            labels=tuple(item for item in labels or [] if isinstance(item, dict)),
         )
 
     @property
     def variable(self) -> str:
         """The key of a wrapped answer (`{"roleMatrixSummary": ...}`)."""
         return variable_name(self.key)
+
+    @property
+    def verbs(self) -> tuple[str, ...]:
+        """The verbs it answers, in `FUNCTION_VERBS` order: the declared ones, else all."""
+        declared = set(self.declared_verbs)
+        return tuple(v for v in FUNCTION_VERBS if not declared or v in declared)
+
+    def answers(self, verb: str) -> bool:
+        """It answers `verb` (case-insensitive; HEAD is a GET)."""
+        verb = verb.upper()
+        return ("GET" if verb == "HEAD" else verb) in self.verbs
+
+
+@dataclass(frozen=True)
+class ContractEntry:
+    """One entry of a contract slot: the schema or view component it names, the rule that
+    must hold for it to be chosen (None: always), and for a view whether the client should load
+    the data with it."""
+
+    reference: dict[str, Any]
+    rule: dict[str, Any] | None = None
+    load_data: bool = False
+
+
+def contract_entries(value: Any, kind: str) -> tuple[ContractEntry, ...]:
+    """A contract slot (vnext-schema `schemaSlot` / `viewSlot`, `kind` "schema" or "view") as
+    its entries in order: a plain reference is one entry without a rule; a list of
+    `{rule?, schema|view, loadData?}` or `{schemas|views: [...]}` is one entry each."""
+    if isinstance(value, dict) and isinstance(value.get(f"{kind}s"), list):
+        value = value[f"{kind}s"]
+    if isinstance(value, list):
+        entries = []
+        for item in value:
+            if isinstance(item, dict) and isinstance(item.get(kind), dict):
+                rule = item.get("rule")
+                entries.append(
+                    ContractEntry(
+                        item[kind],
+                        rule if isinstance(rule, dict) else None,
+                        item.get("loadData") is True,
+                    )
+                )
+        return tuple(entries)
+    if isinstance(value, dict) and isinstance(value.get("key"), str):
+        return (ContractEntry(value),)
+    return ()
+
+
+def choose_contract(
+    entries: tuple[ContractEntry, ...], holds: Callable[[dict[str, Any]], bool]
+) -> ContractEntry | None:
+    """The first entry whose rule `holds` (an entry without a rule always matches), else None."""
+    for entry in entries:
+        if entry.rule is None or holds(entry.rule):
+            return entry
+    return None
 
 
 @dataclass(frozen=True)
@@ -230,13 +341,28 @@ class TaskRun:
 @dataclass(frozen=True)
 class Request:
     """The request a function or extension runs for: the instance (an empty one for a domain
-    function), its workflow (allowed script modules), and what the scripts see of the caller."""
+    function), its workflow (allowed script modules), and what the scripts see of the caller:
+    headers, query, and the body a POST, PATCH or DELETE sent (None: no body, `context.body`
+    is `{}`)."""
 
     definition: WorkflowDefinition
     instance: InstanceSnapshot
     headers: dict[str, str]
     query: dict[str, Any]
     configuration: dict[str, Any]
+    body: Any = None
+    verb: str = "GET"
+
+    def context(self, body: Any = None) -> Any:
+        """The scripts' `context` for this request (`body`: instead of the request's)."""
+        return script_context(
+            self.instance,
+            transition_key="",
+            body=self.body if body is None else body,
+            headers=self.headers,
+            query=self.query,
+            configuration=self.configuration,
+        )
 
 
 def run_tasks(
@@ -264,6 +390,7 @@ def run_tasks(
             on_done=done,
             headers=request.headers,
             query=request.query,
+            body=request.body,
         )
     except TaskFailure as failure:
         part = f"task {failure.task_key or '?'}"
@@ -340,3 +467,61 @@ def extension_output(runner: TaskRunner, extension: ExtensionDef, request: Reque
     task's response data)."""
     run = run_tasks(runner, (extension.task,), request, phase="extension")
     return next(iter(run.outputs.values()), None)
+
+
+class ExpressionFailed(Exception):
+    """A cache key or generation expression could not give a value: why."""
+
+
+def expression_value(runner: TaskRunner, node: dict[str, Any], request: Request) -> str:
+    """Run an expression script (`cache.keyExpression`, `cache.generationKeyExpression`):
+    `handler(context)` in the script workers, with the request's context. Its value is a string
+    (an integer is taken as its digits); an empty one means "none". `ExpressionFailed` when the
+    script fails or gives anything else."""
+    try:
+        value = response_data(
+            runner.scripts.call(node, request.definition, "handler", request.context())
+        )
+    except (ScriptError, VNextError) as exc:
+        raise ExpressionFailed(f"{exc.code}: {exc}") from exc
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ExpressionFailed(f"handler() gave {type(value).__name__}, not a string")
+    return str(value)
+
+
+def contract_choice(
+    runner: TaskRunner,
+    entries: tuple[ContractEntry, ...],
+    request: Request,
+    *,
+    slot: str,
+    function_key: str,
+    body: Any = None,
+) -> ContractEntry | None:
+    """The entry of a contract slot that serves `request` (`body`: what its rules see as
+    `context.body` instead of the request's): rules run in order in the script workers (a rule
+    is a condition script, `handler(context) -> bool`); a rule that fails is logged and counts as
+    not holding, as vNext does; no worker to run it is the platform's failure (503)."""
+    context: Any = None
+
+    def holds(rule: dict[str, Any]) -> bool:
+        nonlocal context
+        if context is None:
+            context = request.context(body)
+        try:
+            return bool(runner.scripts.call(rule, request.definition, "handler", context))
+        except ScriptUnavailable as exc:
+            raise VNextError(
+                Codes.script(exc.code),
+                f"no script worker could evaluate a rule of function {function_key}: {exc}",
+            ) from exc
+        except (ScriptError, VNextError) as exc:
+            logger.warning(
+                "a %s rule of function %s failed; the next entry is tried: %s",
+                slot,
+                function_key,
+                exc,
+            )
+            return False
+
+    return choose_contract(entries, holds)

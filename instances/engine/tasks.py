@@ -112,13 +112,15 @@ class TaskRunner:
         on_failed: Callable[[TaskOutcome, dict[str, Any]], bool] | None = None,
         headers: dict[str, str] | None = None,
         query: dict[str, Any] | None = None,
+        body: Any = None,
     ) -> None:
         """Run `references` group by group; report each outcome, in definition order, to
         `on_done` (which merges its data). Once a group is done, its first failure goes to
         `on_failed` with its reference, which raises, or returns True to skip the groups after
-        it, False to go on; without `on_failed` the failure is raised. `headers` and `query`
-        are the request the mappings see as `context.headers` / `context.query` (a custom
-        function's or an extension's caller; credentials already removed)."""
+        it, False to go on; without `on_failed` the failure is raised. `headers`, `query` and
+        `body` are the request the input mappings see as `context.headers` / `context.query` /
+        `context.body` (a custom function's or an extension's caller; credentials already
+        removed)."""
         indexed = sorted(enumerate(references), key=lambda pair: int(pair[1].get("order") or 1))
         for _, group_iter in groupby(indexed, key=lambda pair: int(pair[1].get("order") or 1)):
             group = [reference for _, reference in group_iter]
@@ -134,6 +136,7 @@ class TaskRunner:
                     task_responses=task_responses,
                     headers=headers,
                     query=query,
+                    body=body,
                 )
 
             if len(group) == 1:
@@ -177,6 +180,7 @@ class TaskRunner:
         task_responses: dict[str, Any],
         headers: dict[str, str] | None = None,
         query: dict[str, Any] | None = None,
+        body: Any = None,
     ) -> TaskOutcome:
         started = time.monotonic()
         task_ref = reference.get("task") or {}
@@ -254,6 +258,7 @@ class TaskRunner:
             context = script_context(
                 instance,
                 transition_key=transition_key,
+                body=body,
                 headers=headers,
                 query=query,
                 task_responses=task_responses,

@@ -384,7 +384,7 @@ def test_a_cache_that_fails_is_bypassed_unless_the_function_says_otherwise(
         casebook("tolerant", "strict"),
     )
     ref = started(operator_client)
-    monkeypatch.setattr("instances.functions.cache", BrokenCache())
+    monkeypatch.setattr("instances.functions.cache_store", lambda name: BrokenCache())
 
     assert call(operator_client, ref, "tolerant").status_code == 200
     assert any("cache read failed" in record.getMessage() for record in caplog.records)

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 
 MAX_EXAMPLES = 3
 WORKFLOW = FUZZ_WORKFLOW
-OPERATIONS = 21
+OPERATIONS = 29
 
 
 @pytest.fixture

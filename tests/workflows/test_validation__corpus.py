@@ -1,6 +1,6 @@
 """Every file of the vnext-example conformance corpus validates structurally; emptied scripts are
-reported as "script missing" at their pointer; with scripts supplied, every file is valid, or its
-only violations are uses of features this version does not execute yet (`UNSUPPORTED_USES`)."""
+reported as "script missing" at their pointer; with scripts supplied, every file is valid (but for
+one known deviation of the corpus itself)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from instances.engine.errors import Violation
 from tests.conftest import CORPUS_DIR, DictResolver, corpus_files, load_corpus
 from tests.workflows.helpers import with_scripts
 from workflows.documents import ComponentKind, detect_kind
 from workflows.validation import validate_component
 from workflows.validation.scripts import iter_script_sites
 from workflows.validation.structural import structural_violations
-from workflows.validation.unsupported import UNSUPPORTED
 
 CORPUS = load_corpus()
 FILES = corpus_files()
 IDS = [str(path.relative_to(CORPUS_DIR)) for path in FILES]
-IDS_UNDER_CORE = [str(path.relative_to(CORPUS_DIR / "core")) for path in FILES]
 
 # fan-out-config-matrix 1.0.0 has automatic transitions with neither a rule nor triggerKind 10.
 # The JSON Schema lets that through (an absent triggerKind satisfies its "triggerKind 10" branch),
@@ -30,16 +27,6 @@ IDS_UNDER_CORE = [str(path.relative_to(CORPUS_DIR / "core")) for path in FILES]
 # re-authored example sets triggerKind 10 explicitly.
 RULELESS_AUTO = re.compile(r"^/attributes/states/\d+/transitions/\d+/rule$")
 KNOWN_DEVIATIONS = {"Workflows/fan-out-config-matrix/fan-out-config-matrix.json": RULELESS_AUTO}
-
-UNSUPPORTED_MESSAGE = " is not supported by this version"
-# The corpus files publishing refuses for now, and which rows of the table refuse them (found by
-# running `validate_component` over the corpus with scripts supplied). Each file's violations are
-# exactly these features' messages; when a feature lands, its row goes and so do its entries here.
-UNSUPPORTED_USES: dict[str, set[str]] = {}
-
-
-def _is_unsupported(violation: Violation) -> bool:
-    return violation.message.endswith(UNSUPPORTED_MESSAGE)
 
 
 def _relative(path: Path) -> str:
@@ -80,7 +67,6 @@ def test_empty_scripts_are_reported_as_missing_at_their_pointer(path, corpus_res
         v
         for v in violations
         if not v.message.startswith("script missing")
-        and not _is_unsupported(v)
         and not (deviation and deviation.match(v.pointer))
     ]
     assert others == []
@@ -94,19 +80,11 @@ def test_missing_script_message_names_the_csx_file(corpus_resolver, corpus_doc):
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
-def test_with_python_scripts_supplied_the_corpus_is_valid_but_for_unsupported_features(path):
+def test_with_python_scripts_supplied_every_corpus_file_is_valid(path):
     documents = {p: with_scripts(copy.deepcopy(doc)) for p, doc in CORPUS.items()}
     violations = validate_component(documents[path], DictResolver(list(documents.values())))
     deviation = KNOWN_DEVIATIONS.get(_relative(path))
     if deviation:
         assert [v for v in violations if deviation.match(v.pointer)], "the deviation is detected"
     others = [v for v in violations if not (deviation and deviation.match(v.pointer))]
-    assert [v for v in others if not _is_unsupported(v)] == []
-    features = {v.message.removesuffix(UNSUPPORTED_MESSAGE) for v in others}
-    assert features == UNSUPPORTED_USES.get(_relative(path), set())
-
-
-def test_the_unsupported_uses_name_corpus_files_and_rows_of_the_table():
-    assert set(UNSUPPORTED_USES) <= set(IDS_UNDER_CORE)
-    features = {row.feature for row in UNSUPPORTED}
-    assert set().union(*UNSUPPORTED_USES.values()) <= features
+    assert others == []

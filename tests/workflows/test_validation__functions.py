@@ -147,3 +147,155 @@ def test_a_functions_task_must_exist_and_its_mapping_define_a_handler():
     outputless = function(onExecutionTasks=[task_ref({"a": 1})])
     # Several tasks need an output script to make one answer of them (the schema says so).
     assert [p for p, _ in violations(outputless)] == ["/attributes/output"]
+
+
+# --- verbs, contracts and cache settings --------------------------------------------------------
+
+SCHEMA = {
+    "key": "desk-input",
+    "domain": "core",
+    "version": "1.0.0",
+    "flow": "sys-schemas",
+    "flowVersion": "1.0.0",
+    "tags": ["test"],
+    "attributes": {"type": "schema", "schema": {"type": "object"}},
+}
+RULE = script("def handler(context):\n    return True\n")
+
+
+def contract_violations(document: dict[str, Any]) -> list[tuple[str, str]]:
+    resolver = DictResolver([script_task(), VIEW, SCHEMA])
+    return [(v.pointer, v.message) for v in validate_component(document, resolver)]
+
+
+def test_a_function_with_every_setting_is_valid():
+    document = function(
+        verbs=["GET", "POST", "PATCH", "DELETE"],
+        inputSchema=[{"rule": RULE, "schema": ref("desk-input", "sys-schemas")}],
+        outputSchema=ref("desk-input", "sys-schemas"),
+        inputView={
+            "views": [
+                {"rule": RULE, "view": ref("desk-view", "sys-views")},
+                {"view": ref("desk-view", "sys-views")},
+            ]
+        },
+        outputView=ref("desk-view", "sys-views"),
+        cache={
+            "keyExpression": script("def handler(context):\n    return context.query['k']\n"),
+            "generationKeyExpression": {
+                "code": "def handler(context):\n    return 'g'\n",
+                "encoding": "NAT",
+            },
+            "generationKey": "fallback",
+            "storeName": "default",
+            "ttlInSeconds": 30,
+        },
+    )
+    assert contract_violations(document) == []
+
+
+@pytest.mark.parametrize(
+    ("attributes", "pointer", "says"),
+    [
+        (
+            {"verbs": ["GET", "PUT"]},
+            "/attributes/verbs/1",
+            'must be one of "GET", "POST", "PATCH", "DELETE"',
+        ),
+        (
+            {"inputSchema": ref("no-such-schema", "sys-schemas")},
+            "/attributes/inputSchema",
+            "does not exist",
+        ),
+        (
+            {"outputSchema": ref("desk-view", "sys-views")},
+            "/attributes/outputSchema/flow",
+            'must be "sys-schemas"',
+        ),
+        (
+            {
+                "inputView": [
+                    {"view": ref("desk-view", "sys-views")},
+                    {"rule": RULE, "view": ref("desk-view", "sys-views")},
+                ]
+            },
+            "/attributes/inputView/1",
+            "never chosen: the entry at /attributes/inputView/0 has no rule",
+        ),
+        (
+            {
+                "outputSchema": {
+                    "schemas": [
+                        {
+                            "rule": script("def output_handler(context):\n    return 1\n"),
+                            "schema": ref("desk-input", "sys-schemas"),
+                        }
+                    ]
+                }
+            },
+            "/attributes/outputSchema/schemas/0/rule/code",
+            "must define handler()",
+        ),
+        (
+            {"cache": {"keyExpression": script("def handler(context:\n    return 1\n")}},
+            "/attributes/cache/keyExpression/code",
+            "line 1",
+        ),
+        (
+            # Without location or encoding it is still a script (B64 by default): checked too.
+            {"cache": {"keyExpression": {"code": "ZGVmIGtleSgpOgogICAgcmV0dXJuIDEK"}}},
+            "/attributes/cache/keyExpression/code",
+            "must define handler()",
+        ),
+        (
+            {
+                "cache": {
+                    "generationKeyExpression": {
+                        "code": "import os\ndef handler(c):\n    return ''\n",
+                        "encoding": "NAT",
+                    }
+                }
+            },
+            "/attributes/cache/generationKeyExpression/code",
+            "os",
+        ),
+        (
+            {
+                "cache": {
+                    "generationKeyExpression": script("def output_handler(c):\n    return ''\n")
+                }
+            },
+            "/attributes/cache/generationKeyExpression/code",
+            "must define handler()",
+        ),
+        (
+            {"cache": {"storeName": "redis"}},
+            "/attributes/cache/storeName",
+            "no cache store 'redis' here: CACHES has default",
+        ),
+    ],
+    ids=[
+        "unknown verb",
+        "missing schema",
+        "a view as a schema",
+        "a fallback before a rule",
+        "a rule without handler",
+        "a key expression that does not compile",
+        "a bare key expression without handler",
+        "a generation expression importing os",
+        "a generation expression without handler",
+        "an unknown store",
+    ],
+)
+def test_a_functions_verbs_contracts_and_cache_settings_are_checked(attributes, pointer, says):
+    found = contract_violations(function(**attributes))
+    assert [p for p, _ in found] == [pointer], found
+    assert says in found[0][1]
+
+
+def test_a_store_name_is_any_alias_of_the_deployments_caches(settings):
+    settings.CACHES = {
+        **settings.CACHES,
+        "redis": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
+    assert contract_violations(function(cache={"storeName": "redis"})) == []

@@ -1,5 +1,6 @@
-"""Validation of component documents: JSON Schema (structural), then semantic and script checks,
-then the features this version does not execute (`unsupported.UNSUPPORTED`, one table)."""
+"""Validation of component documents: JSON Schema (structural), then the semantic, script and
+trigger-target checks. Every field of the format is executed: nothing is accepted and then
+ignored."""
 
 from __future__ import annotations
 
@@ -11,16 +12,12 @@ from workflows.validation.scripts import Resolver, script_violations
 from workflows.validation.semantic import semantic_violations
 from workflows.validation.structural import structural_violations
 from workflows.validation.triggers import trigger_violations
-from workflows.validation.unsupported import unsupported_violations
 
 
 def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
-    """Every violation of a component document: structural, semantic and script checks, and
-    every use of a feature this version does not execute, at once.
-
-    A semantic finding replaces a structural one at the same pointer (it says more); an
-    unsupported feature is reported beside whatever else is wrong there.
-    """
+    """Every violation of a component document at once: structural, semantic, script and
+    trigger-target checks. A semantic finding replaces a structural one at the same pointer (it
+    says more)."""
     kind = detect_kind(document)
     if kind is None:
         return [
@@ -36,6 +33,5 @@ def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
     specific += trigger_violations(document, kind, resolver)
     pointers = {violation.pointer for violation in specific}
     merged = [v for v in structural if v.pointer not in pointers] + specific
-    merged += unsupported_violations(document, kind, resolver)
     unique = dict.fromkeys(merged)
     return sorted(unique, key=lambda violation: violation.pointer)

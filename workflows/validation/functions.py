@@ -1,15 +1,29 @@
 """Publish-time checks of custom functions and extensions (vNext "Custom Functions", "Extension
 Management") the JSON Schema cannot express: what a workflow declares can be called and run,
-and what a function component runs is unambiguous. That each referenced component exists, and
-that each mapping defines its handlers, is checked with every other reference and script."""
+and what a function component runs is unambiguous: its contract slots have no entry that could
+never be chosen, its cache expressions and contract rules are scripts defining `handler`, and
+its cache store is one of this deployment's Django caches. That each referenced component exists
+(and is a schema or view where the JSON Schema says so), and that each script object with a
+`location` or `encoding` compiles and defines its handler, is checked with every other reference
+and script."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
+
 from instances.engine.errors import Violation
 from instances.engine.functions import BUILT_IN_FUNCTIONS
+from instances.engine.scripts import (
+    DEFAULT_ALLOWED_MODULES,
+    ScriptCompileError,
+    ScriptTextMissing,
+    check_imports,
+    compile_script,
+)
+from instances.engine.scripts import script_text as _script_text
 from workflows.documents import ComponentKind, json_pointer
 
 Path = tuple[str | int, ...]
@@ -33,7 +47,11 @@ def function_and_extension_violations(document: Any, kind: str) -> list[Violatio
     if kind == ComponentKind.WORKFLOW:
         return [*_declared_functions(document), *_declared_extensions(document)]
     if kind == ComponentKind.FUNCTION:
-        return list(_function_tasks(document))
+        return [
+            *_function_tasks(document),
+            *_function_contracts(document),
+            *_function_cache(document),
+        ]
     return []
 
 
@@ -142,3 +160,85 @@ def _function_tasks(document: dict[str, Any]) -> Iterator[Violation]:
                 f"task {key!r} runs twice: the output script sees each task's output by key",
             )
         seen.add(key)
+
+
+CONTRACT_SLOTS = {
+    "inputSchema": "schema",
+    "outputSchema": "schema",
+    "inputView": "view",
+    "outputView": "view",
+}
+
+
+def _slot_entries(value: Any, kind: str, path: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The rule entries of a contract slot in its list forms (`[...]`, `{schemas|views: [...]}`),
+    with their paths; a plain reference has none."""
+    if isinstance(value, dict) and isinstance(value.get(f"{kind}s"), list):
+        return list(_dicts(value[f"{kind}s"], (*path, f"{kind}s")))
+    return list(_dicts(value, path))
+
+
+def _function_contracts(document: dict[str, Any]) -> Iterator[Violation]:
+    """Each rule-entry slot (`inputSchema`, `outputSchema`, `inputView`, `outputView`): the
+    first entry without a rule always matches, so no entry may follow it (it could never be
+    chosen); each rule is a condition script defining handler()."""
+    attributes = _object(document.get("attributes"))
+    for name, kind in CONTRACT_SLOTS.items():
+        entries = _slot_entries(attributes.get(name), kind, ("attributes", name))
+        fallback: Path | None = None
+        for path, entry in entries:
+            if fallback is not None:
+                yield Violation(
+                    json_pointer(*path),
+                    f"never chosen: the entry at {json_pointer(*fallback)} has no rule and "
+                    "always matches (the rule-less fallback comes last)",
+                )
+                continue
+            rule = entry.get("rule")
+            if rule is None:
+                fallback = path
+            elif isinstance(rule, dict):
+                yield from _expression_script(rule, (*path, "rule"))
+
+
+def _function_cache(document: dict[str, Any]) -> Iterator[Violation]:
+    """`cache.keyExpression` and `cache.generationKeyExpression` are scripts defining handler()
+    (it returns the key, or the generation's name); `cache.storeName` is an alias of the
+    deployment's `CACHES` (operators add one per store)."""
+    cache = _object(_object(document.get("attributes")).get("cache"))
+    for name in ("keyExpression", "generationKeyExpression"):
+        node = cache.get(name)
+        if isinstance(node, dict):
+            yield from _expression_script(node, ("attributes", "cache", name))
+    store = cache.get("storeName")
+    if isinstance(store, str) and store and store not in settings.CACHES:
+        known = ", ".join(sorted(settings.CACHES))
+        yield Violation(
+            json_pointer("attributes", "cache", "storeName"),
+            f"no cache store {store!r} here: CACHES has {known} (an operator adds a store "
+            "as an alias of Django's CACHES)",
+        )
+
+
+def _expression_script(node: dict[str, Any], path: Path) -> Iterator[Violation]:
+    """An expression or rule script that is not a script object the script checks reach (no
+    `location`, no `encoding`): it still compiles and defines handler(). Dynamic Expresso
+    expressions do not run here: a Python handler(context) does."""
+    if "location" in node or "encoding" in node or not isinstance(node.get("code"), str):
+        return  # checked with every other script (or a structural violation)
+    pointer = json_pointer(*path, "code")
+    try:
+        source = _script_text(node, lambda reference: None)
+        compiled = compile_script(source, json_pointer(*path))
+    except ScriptTextMissing as exc:
+        yield Violation(pointer, str(exc))
+        return
+    except ScriptCompileError as exc:
+        for line, message in exc.problems:
+            yield Violation(pointer, f"line {line}: {message}" if line else message)
+        return
+    for refused in check_imports(compiled, DEFAULT_ALLOWED_MODULES):
+        where = f"line {refused.line}: " if refused.line else ""
+        yield Violation(pointer, where + refused.message)
+    if not compiled.defines("handler"):
+        yield Violation(pointer, f"{json_pointer(*path)}: script must define handler()")

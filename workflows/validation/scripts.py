@@ -128,7 +128,7 @@ def site_source(site: ScriptSite, resolver: Resolver) -> tuple[str | None, Viola
 
 def _expected_handlers(site: ScriptSite, resolver: Resolver, document: Any) -> tuple[str, ...]:
     last = site.path[-1] if site.path else None
-    if last in ("rule", "timer", "keyExpression"):
+    if last in ("rule", "timer", "keyExpression", "generationKeyExpression"):
         return ("handler",)
     if len(site.path) >= 2 and site.path[-2] == "event":
         return ("handler",)  # an event mapping (instances/events.py calls `handler`)
