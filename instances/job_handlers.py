@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -90,11 +90,14 @@ _store = OrmStore()
 
 class RetryLater(Exception):
     """The job cannot run yet (the instance is Busy): try again after at least `delay` seconds,
-    backing off like a failure and within the same attempt limit."""
+    backing off like a failure and within the same attempt limit, unless `free`: the instance is
+    held by another live job, which settles it (or its lease expires and the sweep re-runs it),
+    so waiting for it is not a failure and gives the attempt back."""
 
-    def __init__(self, reason: str, delay: float = 1.0) -> None:
+    def __init__(self, reason: str, delay: float = 1.0, *, free: bool = False) -> None:
         super().__init__(reason)
         self.delay = delay
+        self.free = free
 
 
 class JobSkipped(Exception):
@@ -171,6 +174,12 @@ def _job_execute(job: Job, *, record_success: bool) -> str:
         job_complete(job, JobStatus.INSTANCE_FAULTED, error=str(faulted))
         return "instance_faulted"
     except RetryLater as wait:
+        if wait.free:
+            retry_at = timezone.now() + timedelta(seconds=wait.delay)
+            job_complete(
+                job, JobStatus.PENDING, error=str(wait), retry_at=retry_at, give_back_attempt=True
+            )
+            return "retry"
         if job.attempts >= max_attempts():
             error = f"gave up after {job.attempts} attempts: {wait}"
             logger.warning("job %s (%s) %s", job.pk, job.kind, error)
@@ -289,6 +298,33 @@ def _load(job: Job) -> _Loaded:
     return _Loaded(instance, definition)
 
 
+# The due-jobs sweep's period (django-celery-beat, migration instances.0003): a job whose worker
+# died is re-dispatched within this much of its lease's end.
+SWEEP_SECONDS = 5.0
+
+
+def _held_by_live_job(job: Job) -> datetime | None:
+    """When another job of `job`'s instance that still holds it should have settled (a pending
+    one: when it is due; a running one: its lease's end), or None when no live job holds it (a
+    sync request, a waiting parent: the wait then counts against the attempts)."""
+    if job.instance_id is None:
+        return None
+    now = timezone.now()
+    live = (
+        Job.objects.filter(instance_id=job.instance_id, kind=JobKind.TRANSITION)
+        .exclude(pk=job.pk)
+        .filter(Q(status=JobStatus.PENDING) | Q(status=JobStatus.RUNNING, lease_until__gt=now))
+        .values_list("status", "run_at", "lease_until")
+    )
+    ends: list[datetime] = []
+    for status, run_at, lease in live:
+        if status == JobStatus.RUNNING and lease is not None:
+            ends.append(lease)
+        else:
+            ends.append(max(run_at, now))
+    return max(ends) if ends else None
+
+
 def _take_reservation(job: Job) -> bool:
     """Move the instance's Busy ownership from the accept's reservation (or an earlier claim of
     this job) to this claim's token."""
@@ -296,6 +332,15 @@ def _take_reservation(job: Job) -> bool:
         return False
     reservation = str(job.payload.get("reservation") or "")
     return _store.take_reservation(job.instance_id, reservation, job.pk, job.lease_owner)
+
+
+def _applied_by_earlier_claim(job: Job) -> bool:
+    """This job's transition ran to completion under an earlier claim (its first history row,
+    keyed by the job, is completed)."""
+    seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
+    return InstanceTransition.objects.filter(
+        id=uuid.uuid5(seed, "0"), status=TransitionStatus.COMPLETED
+    ).exists()
 
 
 def _handle_transition(job: Job) -> None:
@@ -306,6 +351,9 @@ def _handle_transition(job: Job) -> None:
     payload = open_request(job.payload, instance_id=job.instance_id)
     lock_free = bool(payload.get("lockFree"))
     if not lock_free and not _take_reservation(job):
+        if _applied_by_earlier_claim(job):
+            # A worker died between the run's last commit and recording the job: it is done.
+            return
         raise JobSkipped(
             f"instance {job.instance_id} is no longer reserved for this job "
             f"(status {instance.status})"
@@ -364,6 +412,13 @@ def _execute(
         raise InstanceFaulted(fault.code, fault.message) from fault
     except Rejected as refused:
         if busy_waits and refused.error == Codes.INSTANCE_BUSY:
+            held_until = _held_by_live_job(job)
+            if held_until is not None:
+                # A crashed holder is re-run by the sweep once its lease ends: wait past that.
+                delay = max((held_until - timezone.now()).total_seconds(), 0.0) + SWEEP_SECONDS
+                raise RetryLater(
+                    f"{refused.detail}; waiting for the job holding it", delay, free=True
+                ) from refused
             raise RetryLater(refused.detail, delay=0.5) from refused
         raise JobSkipped(f"{refused.code}: {refused.detail}") from refused
     except ForwardToSubflow as forwarded:

@@ -20,7 +20,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from instances.engine.telemetry import with_request_id
@@ -216,14 +217,22 @@ def _claimed(row: Any, now: datetime) -> Job:
 
 
 def job_complete(
-    job: Job, status: str, *, error: str = "", retry_at: datetime | None = None
+    job: Job,
+    status: str,
+    *,
+    error: str = "",
+    retry_at: datetime | None = None,
+    give_back_attempt: bool = False,
 ) -> bool:
-    """Record the outcome, only if this claim still holds the lease (False otherwise)."""
+    """Record the outcome, only if this claim still holds the lease (False otherwise).
+    `give_back_attempt`: this claim's attempt does not count (it waited for another job)."""
     fields: dict[str, Any] = {
         "status": status,
         "last_error": error[:2000],
         "updated_at": timezone.now(),
     }
+    if give_back_attempt:
+        fields["attempts"] = Greatest(F("attempts") - 1, Value(0))
     if retry_at is not None:
         fields.update(run_at=retry_at, lease_until=None)
     done = Job.objects.filter(

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.db import DataError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions, status
 from rest_framework.negotiation import BaseContentNegotiation
@@ -104,6 +104,18 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             "the request carries a value the database cannot hold (a NUL character?)",
         )
         return _problem(body, status.HTTP_400_BAD_REQUEST, request)
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database went away (a restart, a failover) mid-request. A write may have committed
+        # before the answer failed: the client retries an idempotent request, or reads first.
+        logger.warning("database unavailable during %s: %s", getattr(request, "path", "?"), exc)
+        body = problem_body(
+            Codes.APP_DATABASE_UNAVAILABLE,
+            "the database is unavailable; retry shortly (a write made before it went away may "
+            "have been applied: read the instance before repeating a transition)",
+        )
+        response = _problem(body, status.HTTP_503_SERVICE_UNAVAILABLE, request)
+        response["Retry-After"] = "1"
+        return response
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, PermissionDenied):

@@ -27,6 +27,7 @@ class Codes:
     APP_THROTTLED = ErrorCode("App:900008", 429, "Too many requests")
     APP_PAYLOAD_TOO_LARGE = ErrorCode("App:900009", 413, "Request body too large")
     APP_INTERNAL = ErrorCode("App:900000", 500, "Internal error")
+    APP_DATABASE_UNAVAILABLE = ErrorCode("App:900010", 503, "Database unavailable")
     AUTHORIZATION_DENIED = ErrorCode("Authorization:110001", 403, "Not allowed")
 
     COMPONENT_NOT_FOUND = ErrorCode("Component:100404", 404, "Component not found")
