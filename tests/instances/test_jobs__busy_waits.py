@@ -47,6 +47,7 @@ def test_a_timer_waits_for_a_live_holder_without_spending_its_attempts(operator_
     timer.refresh_from_db()
     assert (timer.status, timer.attempts) == ("pending", 0)
     assert "waiting for the job holding it" in timer.last_error
+    assert holder.lease_until is not None
     assert timer.run_at >= holder.lease_until + timedelta(seconds=SWEEP_SECONDS - 1)
     assert Instance.objects.get(pk=instance_id).status == "B"
 
