@@ -149,8 +149,23 @@ LONG_POLL_WAITING = Gauge(
 )
 
 
+# None: trace when a tracer provider is installed (an exporter was configured, or an operator's
+# own OpenTelemetry set-up); True / False: forced (`set_tracing`).
+_tracing_forced: bool | None = None
+
+
+def set_tracing(enabled: bool | None) -> None:
+    """Force spans on or off (None: decide by the installed tracer provider). The global provider
+    cannot be replaced or removed once set, so this is how spans stop."""
+    global _tracing_forced
+    _tracing_forced = enabled
+
+
 def tracing() -> bool:
-    """True once a tracer provider is installed (an exporter is configured, or a test's)."""
+    """Whether spans are made: forced by `set_tracing`, else once a tracer provider is
+    installed."""
+    if _tracing_forced is not None:
+        return _tracing_forced
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 

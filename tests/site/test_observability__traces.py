@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from instances.engine.telemetry import set_tracing
 from instances.job_handlers import jobs_run_due
 from tests.instances.workflows import ping_pong, publish
 
@@ -31,8 +32,11 @@ def spans() -> Iterator[InMemorySpanExporter]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    set_tracing(True)
     yield exporter
-    # The global provider cannot be replaced: stop it recording for the rest of the session.
+    # The global provider cannot be replaced or removed: no span is made for the rest of the
+    # session (a span ended on a shut-down provider would log a warning each time).
+    set_tracing(False)
     provider.shutdown()
 
 
