@@ -273,6 +273,11 @@ def test_a_function_with_every_setting_is_valid():
             "/attributes/cache/storeName",
             "no cache store 'redis' here: CACHES has default",
         ),
+        (
+            {"cache": {"consistency": "Strong"}},
+            "/attributes/cache/consistency",
+            "Strong consistency is not offered",
+        ),
     ],
     ids=[
         "unknown verb",
@@ -285,6 +290,7 @@ def test_a_function_with_every_setting_is_valid():
         "a generation expression importing os",
         "a generation expression without handler",
         "an unknown store",
+        "strong consistency",
     ],
 )
 def test_a_functions_verbs_contracts_and_cache_settings_are_checked(attributes, pointer, says):

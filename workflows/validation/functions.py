@@ -204,12 +204,21 @@ def _function_contracts(document: dict[str, Any]) -> Iterator[Violation]:
 def _function_cache(document: dict[str, Any]) -> Iterator[Violation]:
     """`cache.keyExpression` and `cache.generationKeyExpression` are scripts defining handler()
     (it returns the key, or the generation's name); `cache.storeName` is an alias of the
-    deployment's `CACHES` (operators add one per store)."""
+    deployment's `CACHES` (operators add one per store); `cache.consistency` is Eventual (what
+    Django's cache gives), never Strong."""
     cache = _object(_object(document.get("attributes")).get("cache"))
     for name in ("keyExpression", "generationKeyExpression"):
         node = cache.get(name)
         if isinstance(node, dict):
             yield from _expression_script(node, ("attributes", "cache", name))
+    if cache.get("consistency") == "Strong":
+        # Django's cache gives no read-your-writes across processes (a process-local store, a
+        # replicated one): accepting "Strong" would promise what the runtime does not do.
+        yield Violation(
+            json_pointer("attributes", "cache", "consistency"),
+            "Strong consistency is not offered: the function cache is Django's cache, eventual "
+            "across processes (use Eventual, the default, or no cache)",
+        )
     store = cache.get("storeName")
     if isinstance(store, str) and store and store not in settings.CACHES:
         known = ", ".join(sorted(settings.CACHES))
