@@ -1,8 +1,8 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
 The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz`, `fanout`,
-`admin` and `observability` suites need PostgreSQL: before Django is set up, `DATABASE_URL` is
-pointed at the benchmarks' own database (`vnext_bench`, created when missing;
+`admin`, `observability` and `funnel` suites need PostgreSQL: before Django is set up,
+`DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`, created when missing;
 `BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the test database. The
 other suites use no database.
 
@@ -30,6 +30,7 @@ SUITES = (
     "fanout",
     "admin",
     "observability",
+    "funnel",
 )
 # Every suite but these needs PostgreSQL.
 DATABASE_SUITES = set(SUITES) - {"scripts", "validation"}
@@ -58,6 +59,7 @@ def main(argv: list[str]) -> None:
     from bench import (
         bench_admin,
         bench_fanout,
+        bench_funnel,
         bench_fuzz,
         bench_jobs,
         bench_locks,
@@ -83,6 +85,7 @@ def main(argv: list[str]) -> None:
         "serving": bench_serving.main,
         "fuzz": bench_fuzz.main,
         "observability": bench_observability.main,
+        "funnel": bench_funnel.main,
     }
     from bench.summary import print_summary
 

@@ -24,7 +24,12 @@ from django.utils import timezone
 
 from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
-from instances.engine.outcomes import ForwardToSubflow, PipelineFault, Rejected
+from instances.engine.outcomes import (
+    ForwardToSubflow,
+    PipelineFault,
+    PipelineSuperseded,
+    Rejected,
+)
 from instances.engine.pipeline import TransitionRequest
 from instances.engine.ports import CallOptions, InstanceAnswer, SubprocessParent
 from instances.engine.profiles import Order
@@ -55,9 +60,14 @@ from instances.queue import (
     backoff,
     job_claim,
     job_complete,
+    job_row_seed,
     jobs_dispatch,
     jobs_due,
     jobs_fail_expired_leases,
+    lane_blocker,
+    lane_dispatch_next,
+    lane_extend,
+    lane_release,
     max_attempts,
 )
 from instances.selectors import state_function, with_state_etag
@@ -65,13 +75,17 @@ from instances.services import (
     InstanceOutcome,
     RequestInfo,
     boundary_retry_request,
+    instance_snapshot,
     instance_start,
     instance_start_accept,
     instance_subprocess_start,
     instance_transition,
     instance_transition_accept,
+    is_update_data,
     long_poll_continue_request,
     retry_request,
+    update_data_accept,
+    update_data_run,
 )
 from instances.status import (
     CorrelationStatus,
@@ -135,6 +149,7 @@ def job_execute(job: Job, *, record_success: bool = True) -> str:
     of the run carries the job's id and instance (and the request that accepted it); the
     attempt is counted by outcome (`vnext_jobs`) and timed."""
     started = time.perf_counter()
+    _in_job.depth = getattr(_in_job, "depth", 0) + 1
     if job.kind in TIMED_KINDS and job.attempts <= 1:
         late = (timezone.now() - job.run_at).total_seconds()
         TIMER_LATENESS.labels(job.kind).observe(max(late, 0.0))
@@ -152,8 +167,13 @@ def job_execute(job: Job, *, record_success: bool = True) -> str:
             outcome = _job_execute(job, record_success=record_success)
         return outcome
     finally:
+        _in_job.depth -= 1
         JOBS.labels(job.kind, outcome.replace("-", "_")).inc()
         JOB_SECONDS.labels(job.kind).observe(time.perf_counter() - started)
+
+
+# How many jobs this thread is running, one inside another (a job runs its hand-offs).
+_in_job = threading.local()
 
 
 # Jobs due at a moment (their lateness is measured on their first attempt).
@@ -161,6 +181,16 @@ TIMED_KINDS = frozenset({JobKind.TIMER, JobKind.TIMEOUT})
 
 
 def _job_execute(job: Job, *, record_success: bool) -> str:
+    if job.kind != JobKind.UPDATE_DATA:
+        return _job_outcome(job, record_success=record_success)
+    try:
+        # A lane ticket's end (whatever it is) is recorded at once: the next ticket waits on it.
+        return _job_outcome(job, record_success=True)
+    finally:
+        _lane_moved_on(job.instance_id)
+
+
+def _job_outcome(job: Job, *, record_success: bool) -> str:
     handler = HANDLERS.get(job.kind)
     try:
         if handler is None:
@@ -198,7 +228,7 @@ def _job_execute(job: Job, *, record_success: bool) -> str:
             job, JobStatus.PENDING, error=f"{type(exc).__name__}: {exc}", retry_at=retry_at
         )
         return "retry"
-    if not record_success:
+    if not record_success and job.kind != JobKind.UPDATE_DATA:
         return "succeeded"
     return "succeeded" if job_complete(job, JobStatus.SUCCEEDED) else "lost-lease"
 
@@ -209,9 +239,16 @@ def jobs_run_due(limit: int = 100) -> dict[str, int]:
     counts: dict[str, int] = {}
     if expired := jobs_fail_expired_leases():
         counts["failed"] = expired
-    for job_id in jobs_due(limit):
-        outcome = job_run(job_id)
-        counts[outcome] = counts.get(outcome, 0) + 1
+    ran: set[int] = set()
+    while len(ran) < limit:
+        # A write-lane ticket becomes due only when the one before it ends: look again.
+        due = [job_id for job_id in jobs_due(limit) if job_id not in ran]
+        if not due:
+            break
+        for job_id in due[: limit - len(ran)]:
+            ran.add(job_id)
+            outcome = job_run(job_id)
+            counts[outcome] = counts.get(outcome, 0) + 1
     return counts
 
 
@@ -337,7 +374,7 @@ def _take_reservation(job: Job) -> bool:
 def _applied_by_earlier_claim(job: Job) -> bool:
     """This job's transition ran to completion under an earlier claim (its first history row,
     keyed by the job, is completed)."""
-    seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
+    seed = job_row_seed(job.pk)
     return InstanceTransition.objects.filter(
         id=uuid.uuid5(seed, "0"), status=TransitionStatus.COMPLETED
     ).exists()
@@ -375,7 +412,7 @@ def _handle_transition(job: Job) -> None:
         raise VNextError(
             Codes.TRANSITION_NOT_FOUND, f"transition {key!r} vanished from the definition"
         )
-    row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
+    row_seed = job_row_seed(job.pk)
     request = TransitionRequest(
         transition=transition,
         trigger=Trigger.EVENT if payload.get("trigger") == Trigger.EVENT else Trigger.MANUAL,
@@ -389,7 +426,7 @@ def _handle_transition(job: Job) -> None:
         attempt=job.attempts,
     )
     _resume_if_partially_committed(request, instance, row_seed)
-    _execute(job, loaded, request, reserved=not lock_free)
+    _execute(job, loaded, request, reserved=not lock_free, fenced=lock_free)
 
 
 def _execute(
@@ -399,6 +436,7 @@ def _execute(
     *,
     reserved: bool,
     busy_waits: bool = False,
+    fenced: bool = False,
 ) -> None:
     """Run `request` for `job` as its claim's owner, under the reservation it took when
     `reserved`: a run that faults the instance ends the job `instance_faulted`, one refused ends
@@ -406,10 +444,17 @@ def _execute(
     jobs the run queued (subflow starts, resumes, ends) run next, here."""
     try:
         execution = engine().execute(
-            loaded.definition, loaded.instance, request, owner=job.lease_owner, reserved=reserved
+            loaded.definition,
+            loaded.instance,
+            request,
+            owner=job.lease_owner,
+            reserved=reserved,
+            fence=(job.pk, job.lease_owner) if fenced else None,
         )
     except PipelineFault as fault:
         raise InstanceFaulted(fault.code, fault.message) from fault
+    except PipelineSuperseded as superseded:
+        raise JobSkipped(superseded.message) from superseded
     except Rejected as refused:
         if busy_waits and refused.error == Codes.INSTANCE_BUSY:
             held_until = _held_by_live_job(job)
@@ -447,16 +492,180 @@ def relays_run(origin: uuid.UUID, *, budget: int = 500) -> int:
         frontier = [str(origin)]
         while frontier and ran < budget:
             origin_id = frontier.pop(0)
-            due = Job.objects.filter(
-                status=JobStatus.PENDING, run_at__lte=timezone.now(), payload__origin=origin_id
+            live = Job.objects.filter(
+                Q(status=JobStatus.PENDING, run_at__lte=timezone.now())
+                | Q(status=JobStatus.RUNNING),
+                payload__origin=origin_id,
             ).order_by("pk")
-            for job_id, instance_id in list(due.values_list("pk", "instance_id")):
+            for job_id, instance_id in list(live.values_list("pk", "instance_id")):
                 ran += 1
-                if job_run(job_id) != "skipped" and instance_id is not None:
+                outcome = job_run(job_id)
+                if outcome == "skipped" and _settled_elsewhere(job_id):
+                    # Another worker claimed it first: the chain rests only when it is done.
+                    outcome = "elsewhere"
+                if outcome != "skipped" and instance_id is not None:
                     frontier.append(str(instance_id))
     finally:
         _relaying.active = False
     return ran
+
+
+def _handle_update_data(job: Job) -> None:
+    """An accepted updateData at the head of its instance's write lane: its run, fenced by this
+    claim (a run that outlived its lease cannot write after the one that took it over)."""
+    loaded = _load(job)
+    instance, definition = loaded.instance, loaded.definition
+    if _applied_by_earlier_claim(job):
+        return  # a worker died between the run's commit and recording the job: it is done
+    if instance.status == InstanceStatus.COMPLETED:
+        raise JobSkipped(f"instance {instance.id} completed before the update was applied")
+    payload = open_request(job.payload, instance_id=job.instance_id)
+    key = str(payload.get("transition"))
+    transition = definition.transition_for(instance.current_state, key)
+    if transition is None or not transition.is_update_data:
+        raise JobSkipped(f"{key!r} is no longer an updateData of the definition")
+    request = TransitionRequest(
+        transition=transition,
+        trigger=Trigger.MANUAL,
+        attributes=payload.get("attributes"),
+        body=payload.get("body"),
+        headers=payload.get("headers") or {},
+        query=payload.get("query") or {},
+        actor=payload.get("actor") or "",
+        stage=payload.get("stage") or "",
+        row_seed=job_row_seed(job.pk),
+        attempt=job.attempts,
+    )
+    _execute(job, loaded, request, reserved=False, fenced=True)
+
+
+# Lane tickets that ended in this process wake the sync requests waiting for their turn here
+# (waiters in other processes notice within their polling pause).
+_LANE_MOVED = threading.Condition()
+
+
+def _lane_moved_on(instance_id: uuid.UUID | None) -> None:
+    if instance_id is not None:
+        lane_dispatch_next(instance_id)
+    with _LANE_MOVED:
+        _LANE_MOVED.notify_all()
+
+
+def instance_transition_run(
+    *,
+    domain: str,
+    workflow: str,
+    ref: str,
+    transition_key: str,
+    body: Any,
+    info: RequestInfo,
+    addressed: InstanceSnapshot | None = None,
+) -> InstanceOutcome:
+    """A sync transition. An updateData goes through its instance's write lane: its ticket,
+    then its turn (every update accepted before it applied first, the ones no worker has
+    taken run here), then its run; any other transition runs at once (`instance_transition`).
+    An update still waiting after `DATA_WRITE_WAIT_SECONDS` is left to the workers and the
+    outcome says so (`queued`: the API answers 202)."""
+    if addressed is None:
+        addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    if not is_update_data(addressed, transition_key):
+        return instance_transition(
+            domain=domain,
+            workflow=workflow,
+            ref=ref,
+            transition_key=transition_key,
+            body=body,
+            info=info,
+            addressed=addressed,
+        )
+    accepted = update_data_accept(
+        addressed=addressed, transition_key=transition_key, body=body, info=info
+    )
+    ticket = accepted.ticket
+    job = Job(
+        pk=ticket.job_id,
+        kind=JobKind.UPDATE_DATA,
+        instance_id=accepted.instance.id,
+        status=JobStatus.RUNNING,
+        lease_owner=ticket.token,
+    )
+    try:
+        within = float(vnext_setting("DATA_WRITE_WAIT_SECONDS"))
+        waited = _lane_turn(job, within=within, renew=lambda: lane_extend(ticket))
+        if waited is None:
+            lane_release(ticket)
+            return InstanceOutcome(accepted.instance, created=False, queued=True)
+        try:
+            outcome = update_data_run(accepted, reload=waited)
+        except PipelineFault as fault:
+            job_complete(job, JobStatus.INSTANCE_FAULTED, error=str(fault))
+            raise
+        except PipelineSuperseded as superseded:
+            # The update was committed; the automatic chain after it lost the instance.
+            job_complete(job, JobStatus.SUCCEEDED, error=str(superseded))
+            raise
+        except VNextError as refused:
+            if not job_complete(job, JobStatus.SKIPPED, error=f"{refused.code}: {refused}"):
+                # Its lease ran out and a worker took the ticket over: the update is theirs.
+                return InstanceOutcome(accepted.instance, created=False, queued=True)
+            raise
+        job_complete(job, JobStatus.SUCCEEDED)
+        return outcome
+    finally:
+        _lane_moved_on(accepted.instance.id)
+
+
+def _lane_turn(job: Job, *, within: float, renew: Callable[[], bool]) -> bool | None:
+    """Wait until no ticket before `job` in its instance's lane is unfinished, running the
+    ones no worker holds here (a worker may claim them first: then wait for it). False when
+    it was `job`'s turn at once, True after waiting, None when `within` seconds passed. The
+    ticket's lease is renewed (`renew`) while it waits, so no worker takes it meanwhile."""
+    assert job.instance_id is not None
+    started = time.monotonic()
+    deadline = started + within
+    renew_every = float(vnext_setting("JOB_LEASE_SECONDS")) / 3
+    renewed = started
+    waited, pause = False, 0.001
+    while True:
+        if time.monotonic() - renewed > renew_every:
+            renew()
+            renewed = time.monotonic()
+        blocker = lane_blocker(job.instance_id, job.pk)
+        if blocker is None:
+            if waited:
+                renew()  # a full lease for the run itself
+            return waited
+        waited = True
+        if blocker.claimable(timezone.now()) and job_run(blocker.job_id) != "skipped":
+            pause = 0.001
+            continue
+        if time.monotonic() + pause > deadline:
+            return None
+        with _LANE_MOVED:
+            _LANE_MOVED.wait(pause)
+        pause = min(pause * 2, 0.02)
+
+
+def _settled_elsewhere(job_id: int) -> bool:
+    """A hand-off job another worker holds: wait (up to a job lease) until it ends; True when
+    it ran there (succeeded or faulted its instance), so its own hand-offs follow.
+
+    Only a request waits (its answer must follow the chain); a job never does: the job it
+    would wait for may be the one running it, or be waiting for it in turn."""
+    if getattr(_in_job, "depth", 0):
+        return False
+    deadline = time.monotonic() + float(vnext_setting("JOB_LEASE_SECONDS"))
+    pause = 0.005
+    while True:
+        status = Job.objects.filter(pk=job_id).values_list("status", flat=True).first()
+        if status == JobStatus.PENDING:
+            return False  # not due yet (it backs off): the runner takes it when it is
+        if status != JobStatus.RUNNING:
+            return status in (JobStatus.SUCCEEDED, JobStatus.INSTANCE_FAULTED)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _run_retry(job: Job, loaded: _Loaded) -> None:
@@ -470,7 +679,7 @@ def _run_retry(job: Job, loaded: _Loaded) -> None:
         query=payload.get("query") or {},
         instance_id=loaded.instance.id,
     )
-    request.row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
+    request.row_seed = job_row_seed(job.pk)
     request.attempt = job.attempts
     _resume_if_partially_committed(request, loaded.instance, request.row_seed)
     _execute(job, loaded, request, reserved=True)
@@ -557,7 +766,7 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
         transition=transition,
         trigger=Trigger.SCHEDULED,
         actor="scheduler",
-        row_seed=uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}"),
+        row_seed=job_row_seed(job.pk),
         attempt=job.attempts,
     )
     _execute(job, loaded, request, reserved=False, busy_waits=True)
@@ -580,7 +789,7 @@ def _handle_subflow_resume(job: Job) -> None:
         transition=definition.subflow_resume(state),
         trigger=Trigger.AUTOMATIC,
         actor="subflow",
-        row_seed=uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}"),
+        row_seed=job_row_seed(job.pk),
         attempt=job.attempts,
         resume_at=Order.CLEAR_BUSY_ON_RESUME,
         resume_from_state=state,
@@ -607,10 +816,43 @@ def _handle_subflow_end(job: Job) -> None:
         transition=transition,
         trigger=Trigger.MANUAL,
         actor="subflow",
-        row_seed=uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}"),
+        row_seed=job_row_seed(job.pk),
         attempt=job.attempts,
     )
     _execute(job, loaded, request, reserved=False)
+
+
+def _handle_automatic(job: Job) -> None:
+    """An updateData made an automatic transition of `job.state` possible while another run held
+    the instance: once it is free (and still in that state), the state's automatic transitions
+    are evaluated again and the one that fires runs, with its chain."""
+    loaded = _load(job)
+    instance, definition = loaded.instance, loaded.definition
+    if instance.status == InstanceStatus.COMPLETED:
+        raise JobSkipped(f"instance {instance.id} is completed")
+    if instance.current_state != job.state:
+        raise JobSkipped(f"the instance left state {job.state!r}; its own run evaluated it")
+    if instance.status == InstanceStatus.BUSY:
+        held_until = _held_by_live_job(job)
+        if held_until is not None:
+            delay = max((held_until - timezone.now()).total_seconds(), 0.0) + SWEEP_SECONDS
+            raise RetryLater(
+                "the instance is busy: waiting for the job holding it", delay, free=True
+            )
+        raise RetryLater("the instance is busy", delay=0.5)
+    if instance.status != InstanceStatus.ACTIVE:
+        raise JobSkipped(f"instance {instance.id} is not active (status {instance.status})")
+    picked = engine().automatic_transition(definition, instance)
+    if picked is None:
+        return  # no rule holds any more: nothing to run
+    request = TransitionRequest(
+        transition=picked,
+        trigger=Trigger.AUTOMATIC,
+        actor="automatic",
+        row_seed=job_row_seed(job.pk),
+        attempt=job.attempts,
+    )
+    _execute(job, loaded, request, reserved=False, busy_waits=True)
 
 
 def _handle_long_poll_fallback(job: Job) -> None:
@@ -626,7 +868,7 @@ def _handle_long_poll_fallback(job: Job) -> None:
     request = long_poll_continue_request(
         loaded.definition, instance.current_state, actor="long-poll fallback"
     )
-    request.row_seed = uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job.pk}")
+    request.row_seed = job_row_seed(job.pk)
     request.attempt = job.attempts
     _execute(job, loaded, request, reserved=True)
 
@@ -719,6 +961,7 @@ def _handle_task_notification(job: Job) -> None:
 
 HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.TRANSITION: _handle_transition,
+    JobKind.UPDATE_DATA: _handle_update_data,
     JobKind.TIMER: _handle_timer,
     JobKind.TIMEOUT: lambda job: _handle_timer(job, timeout=True),
     JobKind.SUBFLOW_RESUME: _handle_subflow_resume,
@@ -726,6 +969,7 @@ HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.LONG_POLL_FALLBACK: _handle_long_poll_fallback,
     JobKind.NOTIFICATION: _handle_notification,
     JobKind.TASK_NOTIFICATION: _handle_task_notification,
+    JobKind.AUTOMATIC: _handle_automatic,
 }
 
 
@@ -891,7 +1135,7 @@ class ServiceInstanceWriter:
         options: CallOptions | None = None,
     ) -> InstanceAnswer:
         """Run `transition` on instance `ref` of `flow`, as `PATCH .../transitions/...`."""
-        run = instance_transition if sync else instance_transition_accept
+        run = instance_transition_run if sync else instance_transition_accept
         info = RequestInfo(actor="task", headers=headers)
         answer = _answer_of(
             lambda: run(
@@ -911,6 +1155,13 @@ class ServiceInstanceWriter:
 def _answer_of(run: Callable[[], InstanceOutcome]) -> InstanceOutcome | InstanceAnswer:
     try:
         return run()
+    except PipelineSuperseded as superseded:
+        now = _store.load(superseded.instance_id)
+        body = {"id": str(superseded.instance_id)}
+        if now is not None:
+            body = _instance_answer(now, 200).body
+        error = {"errorCode": superseded.code, "detail": superseded.message}
+        return InstanceAnswer(200, {**body, "error": error})
     except PipelineFault as fault:
         faulted = _store.load(fault.instance_id)
         body = {"id": str(fault.instance_id), "status": InstanceStatus.FAULTED}
@@ -924,7 +1175,7 @@ def _answer_of(run: Callable[[], InstanceOutcome]) -> InstanceOutcome | Instance
 
 
 def _settled(outcome: InstanceOutcome, sync: bool) -> InstanceAnswer:
-    if not sync:
+    if not sync or outcome.queued:
         return InstanceAnswer(
             202, {"id": str(outcome.instance.id), "status": outcome.instance.status}
         )

@@ -26,12 +26,12 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DataError, IntegrityError, connection, connections, transaction
-from django.db.models import Field, Q
+from django.db.models import Exists, Field, Q
 from django.utils import timezone
 
 from instances.changes import instance_changed
 from instances.engine.definition import WorkflowDefinition
-from instances.engine.ports import BusinessKeyTaken, StoreRefused
+from instances.engine.ports import BusinessKeyTaken, DataChanged, StoreRefused, describe_taker
 from instances.engine.protection import as_stored
 from instances.engine.records import (
     ChildrenEnd,
@@ -362,6 +362,40 @@ class OrmStore:
         moved = _move_busy_owner(instance_id, Q(busy_owner=from_owner), to_owner)
         return self.load(instance_id) if moved else None
 
+    def supersede(
+        self,
+        instance_id: uuid.UUID,
+        *,
+        rows: list[uuid.UUID] | None,
+        code: str,
+        taker: str | None = None,
+    ) -> str:
+        """Close the history `rows` (None: all the instance's) of a run that lost the instance,
+        those still running, as `cancelled`, naming who took over (`taker`, else the newest
+        other row of the instance)."""
+        running = InstanceTransition.objects.filter(
+            instance_id=instance_id, status=TransitionStatus.RUNNING
+        )
+        if rows is not None:
+            running = running.filter(pk__in=rows)
+        described = taker
+        if described is None:
+            newest = (
+                InstanceTransition.objects.filter(instance_id=instance_id)
+                .exclude(pk__in=rows or [])
+                .order_by("-started_at")
+                .values_list("transition_key", "actor")
+                .first()
+            )
+            described = describe_taker(*newest) if newest else "another run"
+        running.update(
+            status=TransitionStatus.CANCELLED,
+            error_code=code,
+            error_message=f"superseded by {described}",
+            finished_at=timezone.now(),
+        )
+        return described
+
     def flush(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> InstanceSnapshot | None:
@@ -393,6 +427,8 @@ class OrmStore:
                     committed, data_changed = sql.update(snapshot, writes, guard)
                 self._write_rows(committed, writes, data_changed)
         except _GuardFailed:
+            if guard.data_etag is not None:
+                self._raise_if_only_data_changed(snapshot.id, guard)
             return None
         except DataError as exc:
             # The content was refused (NUL character, number out of range): nothing written.
@@ -400,6 +436,14 @@ class OrmStore:
         instance_changed(committed.id)
         snapshot.sealed = committed.sealed  # the engine's copy: the tokens now stored
         return committed
+
+    def _raise_if_only_data_changed(self, instance_id: uuid.UUID, guard: Guard) -> None:
+        # A failed guard that carried a data version: when the status part still holds, only
+        # the data moved on (another write committed): `DataChanged` with it, so the run derives
+        # its patches again; otherwise the instance changed hands (None: 409 as ever).
+        row = Instance.objects.filter(_status_guard_q(guard), pk=instance_id).first()
+        if row is not None and row.entity_etag != guard.data_etag:
+            raise DataChanged(snapshot_of(row))
 
     # --- instance row -------------------------------------------------------------------------
 
@@ -599,17 +643,9 @@ class PortableSql:
     ) -> tuple[InstanceSnapshot, bool]:
         """The guarded update of the instance row: the committed instance and whether its data
         changed; `_GuardFailed` when the guard no longer holds."""
-        queryset = Instance.objects.filter(pk=snapshot.id)
-        if guard.kind is GuardKind.OPTIMISTIC:
-            queryset = queryset.filter(
-                status=InstanceStatus.ACTIVE, state_version=guard.state_version
-            )
-        elif guard.kind is GuardKind.OWNER:
-            queryset = queryset.filter(status=InstanceStatus.BUSY, busy_owner=guard.owner)
-        elif guard.kind is GuardKind.FAULTED:
-            queryset = queryset.filter(status=InstanceStatus.FAULTED)
-        else:
-            queryset = queryset.exclude(status=InstanceStatus.COMPLETED)
+        queryset = Instance.objects.filter(_status_guard_q(guard), pk=snapshot.id)
+        if guard.data_etag is not None:
+            queryset = queryset.filter(entity_etag=guard.data_etag)
         row = queryset.first()
         if row is None:
             raise _GuardFailed()
@@ -965,6 +1001,28 @@ def dialect() -> PortableSql:
 
 
 def _guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
+    condition, params = _status_guard_sql(guard)
+    if guard.data_etag is not None:
+        condition += " AND entity_etag = %(guard_data_etag)s"
+        params["guard_data_etag"] = guard.data_etag
+    return condition, params
+
+
+_FENCE_SQL = (
+    f" AND EXISTS (SELECT 1 FROM {Job._meta.db_table} fence WHERE fence.id = %(fence_job)s "
+    "AND fence.status = 'running' AND fence.lease_owner = %(fence_token)s)"
+)
+
+
+def _status_guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
+    condition, params = _kind_guard_sql(guard)
+    if guard.fence is not None:
+        condition += _FENCE_SQL
+        params.update(fence_job=guard.fence[0], fence_token=guard.fence[1])
+    return condition, params
+
+
+def _kind_guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
     if guard.kind is GuardKind.OPTIMISTIC:
         return "status = 'A' AND state_version = %(guard_version)s", {
             "guard_version": guard.state_version
@@ -974,6 +1032,23 @@ def _guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
     if guard.kind is GuardKind.FAULTED:
         return "status = 'F'", {}
     return "status <> 'C'", {}
+
+
+def _status_guard_q(guard: Guard) -> Q:
+    """The guard's condition but its data version, as a queryset filter."""
+    if guard.kind is GuardKind.OPTIMISTIC:
+        condition = Q(status=InstanceStatus.ACTIVE, state_version=guard.state_version)
+    elif guard.kind is GuardKind.OWNER:
+        condition = Q(status=InstanceStatus.BUSY, busy_owner=guard.owner)
+    elif guard.kind is GuardKind.FAULTED:
+        condition = Q(status=InstanceStatus.FAULTED)
+    else:
+        condition = ~Q(status=InstanceStatus.COMPLETED)
+    if guard.fence is not None:
+        job, token = guard.fence
+        held = Job.objects.filter(pk=job, status=JobStatus.RUNNING, lease_owner=token)
+        condition &= Q(Exists(held))
+    return condition
 
 
 def _first_line(exc: Exception) -> str:

@@ -15,12 +15,14 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import F, Q, Value
+from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -68,6 +70,157 @@ def job_enqueue(
     )
     transaction.on_commit(lambda: jobs_dispatch([(job.pk, job.run_at)]))
     return job
+
+
+def job_row_seed(job_id: int) -> uuid.UUID:
+    """The seed a job's run derives its history row ids from: a re-run after a crash updates
+    the same rows (the first hop's row is `uuid5(seed, "0")`)."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job_id}")
+
+
+@dataclass(frozen=True)
+class LaneTicket:
+    """An accepted updateData's place in its instance's write lane: its job row, and the claim
+    token when the accepting request runs it itself (a sync request), else empty."""
+
+    job_id: int
+    token: str = ""
+
+
+def lane_ticket(*, instance_id: uuid.UUID, payload: dict[str, Any], claimed: bool) -> LaneTicket:
+    """Accept an updateData: insert its `update-data` job, the instance's next ticket in the
+    write lane, which runs tickets one at a time in id order (`_due`). `claimed`: the caller
+    runs it (a sync request): the row is inserted running, under a lease it holds, so no worker
+    takes it; should the caller die, the lease ends and a worker runs it instead.
+
+    On PostgreSQL a transaction-scoped advisory lock per instance orders the inserts, so ids
+    are given in commit order: a ticket never sees a lower id commit after it."""
+    now = timezone.now()
+    token = f"sync:{uuid.uuid4().hex}" if claimed else ""
+    values: dict[str, Any] = {
+        "kind": JobKind.UPDATE_DATA,
+        "instance_id": instance_id,
+        "payload": with_request_id(payload),
+        "run_at": now,
+        "status": JobStatus.RUNNING if claimed else JobStatus.PENDING,
+        "attempts": 1 if claimed else 0,
+        "lease_owner": token,
+        "lease_until": now + _lease() if claimed else None,
+    }
+    if connection.vendor == "postgresql":
+        job_id = _lane_insert(values, now)
+    else:
+        job_id = Job.objects.create(**values).pk  # SQLite serialises its writers anyway
+    if not claimed:
+        transaction.on_commit(lambda: jobs_dispatch([(job_id, now)]))
+    return LaneTicket(job_id, token)
+
+
+def _lane_insert(values: dict[str, Any], now: datetime) -> int:
+    # The lock is taken by the row source before the id default is drawn, and held until the
+    # statement's transaction commits.
+    columns = [*values, "state", "last_error", "created_at", "updated_at"]
+    params = [*values.values(), "", "", now, now]
+    params[columns.index("payload")] = json.dumps(values["payload"], cls=DjangoJSONEncoder)
+    instance_id = values["instance_id"]
+    placeholders = ", ".join(f"%s::{_job_column_type(name)}" for name in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {Job._meta.db_table} ({', '.join(columns)}) SELECT {placeholders} "
+            "FROM (SELECT pg_advisory_xact_lock(%s)) AS lane RETURNING id",
+            [*params, lane_lock_key(instance_id)],
+        )
+        inserted = cursor.fetchone()
+    assert inserted is not None  # the lock's row source yields exactly one row
+    return int(inserted[0])
+
+
+@functools.cache
+def _job_column_type(name: str) -> str:
+    # The column's type, so a NULL parameter is typed too (`SELECT %s::timestamptz ...`).
+    return str(Job._meta.get_field(name.removesuffix("_id")).db_type(connection))
+
+
+def lane_lock_key(instance_id: uuid.UUID) -> int:
+    """The advisory lock (a signed 64-bit key) that orders an instance's lane tickets."""
+    return (instance_id.int & (2**63 - 1)) - 2**62
+
+
+@dataclass(frozen=True)
+class LaneBlocker:
+    """The earliest unfinished ticket ahead of one in an instance's write lane."""
+
+    job_id: int
+    status: str
+    run_at: datetime
+    lease_until: datetime | None
+
+    def claimable(self, now: datetime) -> bool:
+        """Whether a worker could claim it now (pending and due, or its lease expired)."""
+        if self.status == JobStatus.PENDING:
+            return self.run_at <= now
+        return self.lease_until is not None and self.lease_until < now
+
+
+def lane_blocker(instance_id: uuid.UUID, job_id: int) -> LaneBlocker | None:
+    """The ticket that must run before `job_id` in the instance's lane, or None (its turn)."""
+    found = (
+        Job.objects.filter(
+            instance_id=instance_id,
+            kind=JobKind.UPDATE_DATA,
+            pk__lt=job_id,
+            status__in=[JobStatus.PENDING, JobStatus.RUNNING],
+        )
+        .order_by("pk")
+        .values_list("pk", "status", "run_at", "lease_until")
+        .first()
+    )
+    return LaneBlocker(*found) if found else None
+
+
+def lane_dispatch_next(instance_id: uuid.UUID) -> None:
+    """A ticket of the instance's lane finished: hand the next waiting one to the runner (its
+    claim was refused while the finished one was ahead of it)."""
+    following = (
+        Job.objects.filter(
+            instance_id=instance_id, kind=JobKind.UPDATE_DATA, status=JobStatus.PENDING
+        )
+        .order_by("pk")
+        .values_list("pk", "run_at")
+        .first()
+    )
+    if following is not None:
+        jobs_dispatch([following])
+
+
+def lane_extend(ticket: LaneTicket) -> bool:
+    """Renew the lease of a ticket its caller holds (it is still waiting its turn, or about to
+    run): a full lease from now. False when the claim was lost."""
+    now = timezone.now()
+    return bool(
+        Job.objects.filter(
+            pk=ticket.job_id, status=JobStatus.RUNNING, lease_owner=ticket.token
+        ).update(lease_until=now + _lease(), updated_at=now)
+    )
+
+
+def lane_release(ticket: LaneTicket) -> bool:
+    """Give a ticket its caller holds back to the workers (the caller stopped waiting for its
+    turn): pending, unclaimed, its attempt not counted. False when the claim was lost."""
+    now = timezone.now()
+    released = Job.objects.filter(
+        pk=ticket.job_id, status=JobStatus.RUNNING, lease_owner=ticket.token
+    ).update(
+        status=JobStatus.PENDING,
+        lease_owner="",
+        lease_until=None,
+        attempts=0,
+        run_at=now,
+        updated_at=now,
+    )
+    if released:
+        transaction.on_commit(lambda: jobs_dispatch([(ticket.job_id, now)]))
+    return bool(released)
 
 
 def jobs_dispatch(jobs: Iterable[tuple[int, datetime]]) -> None:
@@ -136,13 +289,27 @@ def _lease_expired(now: datetime) -> Q:
 
 
 def _due(now: datetime, max_attempts: int) -> Q:
-    """Claimable now: pending and due, or running past its lease with an attempt left.
+    """Claimable now: pending and due, or running past its lease with an attempt left; and an
+    `update-data` ticket only at the head of its instance's write lane.
 
     A job whose lease expired on its last attempt is not due: its worker hung or died every
     time, so `jobs_fail_expired_leases` fails it instead of letting it be claimed forever."""
-    return Q(status=JobStatus.PENDING, run_at__lte=now) | (
+    ready = Q(status=JobStatus.PENDING, run_at__lte=now) | (
         _lease_expired(now) & Q(attempts__lt=max_attempts)
     )
+    return ready & _lane_turn()
+
+
+def _lane_turn() -> Q:
+    # Tickets of one instance apply one after another, in id order: one waits while any ticket
+    # before it is unfinished (a failed one no longer holds the lane up).
+    ahead = Job.objects.filter(
+        instance_id=OuterRef("instance_id"),
+        kind=JobKind.UPDATE_DATA,
+        pk__lt=OuterRef("pk"),
+        status__in=[JobStatus.PENDING, JobStatus.RUNNING],
+    )
+    return ~Q(kind=JobKind.UPDATE_DATA) | ~Q(Exists(ahead))
 
 
 def _lease_exhausted(now: datetime, max_attempts: int) -> Q:

@@ -23,7 +23,7 @@ from instances.queue import (
     jobs_prune_finished,
     register_waker,
 )
-from instances.status import JobStatus
+from instances.status import JobKind, JobStatus
 from locks.services import locks_sweep_expired
 from vnext.conf import vnext_setting
 
@@ -107,8 +107,11 @@ class EmbeddedJobRunner(threading.Thread):
             self.wake.set()  # a thread is free: the next due jobs may be waiting for it
 
     def _seconds_to_next(self) -> float:
+        # Write-lane tickets are handed over when the ticket before them ends (a due one may
+        # be waiting its turn): they are no reason to wake up.
         upcoming = (
             Job.objects.filter(status=JobStatus.PENDING)
+            .exclude(kind=JobKind.UPDATE_DATA)
             .order_by("run_at")
             .values_list("run_at", flat=True)
             .first()

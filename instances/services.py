@@ -21,7 +21,12 @@ from instances.engine.definition import (
     WorkflowDefinition,
 )
 from instances.engine.errors import Codes, ErrorCode, VNextError
-from instances.engine.outcomes import BUSY_EXEMPT, ForwardToSubflow, PipelineFault
+from instances.engine.outcomes import (
+    BUSY_EXEMPT,
+    ForwardToSubflow,
+    PipelineFault,
+    PipelineSuperseded,
+)
 from instances.engine.overrides import NO_OVERRIDES
 from instances.engine.payload import Payload, split_payload, validate_attributes
 from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution, TaskResume, TransitionRequest
@@ -46,7 +51,7 @@ from instances.orm_store import (
     OrmStore,
     snapshot_of,
 )
-from instances.queue import job_enqueue
+from instances.queue import LaneTicket, job_enqueue, job_row_seed, lane_ticket
 from instances.status import CorrelationStatus, InstanceStatus, JobKind, JobStatus, Trigger
 from instances.wiring import engine
 
@@ -86,12 +91,14 @@ class RequestInfo:
 class InstanceOutcome:
     """The instance after a start or transition; `created` is False for an idempotent start.
     `addressed` is the instance the caller named when the transition was forwarded to its
-    active subflow (the answer describes that one)."""
+    active subflow (the answer describes that one). `queued`: accepted but not run yet."""
 
     instance: InstanceSnapshot
     created: bool = True
     execution: Execution | None = None
     addressed: uuid.UUID | None = None
+    # A sync updateData that did not get its turn in time: accepted, left to the workers.
+    queued: bool = False
 
 
 def workflow_definition(
@@ -638,9 +645,10 @@ def instance_transition_accept(
         # leaf is reserved for this job before the 202, and the job claims exactly that.
         job_payload["chainReserved"] = str(addressed.id)
     if transition.is_update_data:
+        # No lock, no duplicate guard: a ticket in the instance's write lane (seed 000).
         job_payload["lockFree"] = True
         with transaction.atomic():
-            job_enqueue(kind=JobKind.TRANSITION, instance_id=instance.id, payload=job_payload)
+            lane_ticket(instance_id=instance.id, payload=job_payload, claimed=False)
         return InstanceOutcome(instance, created=False)
     statuses: list[str] = [InstanceStatus.ACTIVE]
     if transition.kind in BUSY_EXEMPT:
@@ -661,6 +669,67 @@ def instance_transition_accept(
         return InstanceOutcome(addressed, created=False, addressed=addressed.id)
     instance.status = InstanceStatus.BUSY
     return InstanceOutcome(instance, created=False)
+
+
+@dataclass(frozen=True)
+class UpdateDataTicket:
+    """A sync updateData accepted into its instance's write lane, to be run by its caller once
+    every ticket before it has run: the lane ticket, the instance and definition it was
+    accepted on, and the request."""
+
+    ticket: LaneTicket
+    instance: InstanceSnapshot
+    definition: WorkflowDefinition
+    request: TransitionRequest
+
+
+def is_update_data(addressed: InstanceSnapshot, transition_key: str) -> bool:
+    """Whether `transition_key` names the updateData transition of the instance's workflow."""
+    definition = engine().components.workflow(
+        addressed.domain, addressed.workflow_key, addressed.workflow_version
+    )
+    if definition is None:
+        return False
+    transition = definition.transition_for(
+        addressed.current_state, transition_key
+    ) or definition.find_any(transition_key)
+    return transition is not None and transition.is_update_data
+
+
+def update_data_accept(
+    *, addressed: InstanceSnapshot, transition_key: str, body: Any, info: RequestInfo
+) -> UpdateDataTicket:
+    """Accept a sync updateData: checked like any transition (nothing is written when it is
+    refused), then given its ticket in the instance's write lane, claimed by the caller."""
+    instance, definition, transition, payload = _admissible(addressed, transition_key, body, info)
+    job_payload = _job_payload(
+        definition,
+        transition,
+        payload,
+        body,
+        info,
+        fromState=instance.current_state,
+        lockFree=True,
+    )
+    ticket = lane_ticket(instance_id=instance.id, payload=job_payload, claimed=True)
+    request = _request(transition, payload, body, info)
+    request.row_seed = job_row_seed(ticket.job_id)
+    return UpdateDataTicket(ticket, instance, definition, request)
+
+
+def update_data_run(accepted: UpdateDataTicket, *, reload: bool) -> InstanceOutcome:
+    """Run an accepted sync updateData whose turn in the lane has come, fenced by its ticket;
+    `reload`: read the instance again (tickets before it have run since it was read)."""
+    instance = accepted.instance
+    if reload:
+        instance = _store.load(instance.id) or instance
+    execution = engine().execute(
+        accepted.definition,
+        instance,
+        accepted.request,
+        fence=(accepted.ticket.job_id, accepted.ticket.token),
+    )
+    return InstanceOutcome(execution.instance, created=False, execution=execution)
 
 
 def _admissible(
@@ -909,7 +978,7 @@ def operator_retry(*, instance: Instance, actor: str) -> OperatorResult:
             # Its error boundary retries a task again later: a job runs it when due.
             detail += f", error-boundary retry due {due:%Y-%m-%d %H:%M:%S} UTC"
         result = OperatorResult(instance.id, RETRIED, detail)
-    except (PipelineFault, VNextError) as failure:
+    except (PipelineFault, PipelineSuperseded, VNextError) as failure:
         result = _failed(instance, failure)
     return _audited(result, actor, OperatorAction.Action.RETRY, plan.reruns)
 
@@ -941,16 +1010,21 @@ def operator_cancel(*, instance: Instance, actor: str, reason: str) -> OperatorR
             CANCELLED,
             f"status {outcome.instance.status}, state {outcome.instance.current_state}",
         )
-    except (PipelineFault, VNextError) as failure:
+    except (PipelineFault, PipelineSuperseded, VNextError) as failure:
         result = _failed(instance, failure)
     target = f"reason: {reason}" if reason else "no reason given"
     return _audited(result, actor, OperatorAction.Action.CANCEL, target)
 
 
-def _failed(instance: Instance, failure: PipelineFault | VNextError) -> OperatorResult:
-    # A run that faulted the instance again, or a request refused before anything ran.
+def _failed(
+    instance: Instance, failure: PipelineFault | PipelineSuperseded | VNextError
+) -> OperatorResult:
+    # A run that faulted the instance again, one another run took over, or a request refused
+    # before anything ran.
     if isinstance(failure, PipelineFault):
         return OperatorResult(instance.id, FAULTED_AGAIN, failure.code)
+    if isinstance(failure, PipelineSuperseded):
+        return OperatorResult(instance.id, REFUSED, f"{failure.code}: {failure.message}")
     return OperatorResult(instance.id, REFUSED, f"{failure.code}: {failure.detail}")
 
 

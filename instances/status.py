@@ -103,6 +103,9 @@ class JobKind(TextChoices):
     """What a `Job` row does."""
 
     TRANSITION = "transition", "Transition"  # an accepted async start or transition
+    # An accepted updateData (sync or async): a ticket in the instance's write lane, which runs
+    # them one after another in acceptance (job id) order.
+    UPDATE_DATA = "update-data", "Data update"
     TIMER = "timer", "Timer"  # a state's scheduled transition
     TIMEOUT = "timeout", "Workflow timeout"
     SUBFLOW_RESUME = "subflow-resume", "Subflow resume"  # the child ended: the parent goes on
@@ -113,6 +116,9 @@ class JobKind(TextChoices):
     NOTIFICATION = "notification", "State notification"
     # A notification task's message on one channel, after the hop that ran the task committed.
     TASK_NOTIFICATION = "task-notification", "Notification task"
+    # A state's automatic transitions evaluated again once the instance is free: an updateData
+    # that committed while another run held the instance made one of their rules hold.
+    AUTOMATIC = "automatic", "Automatic transitions"
 
 
 class TransitionStatus(TextChoices):
@@ -123,6 +129,9 @@ class TransitionStatus(TextChoices):
     FAULTED = "faulted", "Faulted"  # a step failed; error code and message say why
     # A task failed and an error boundary sent the run on with its rollback/notify transition.
     DIVERTED = "diverted", "Diverted by an error boundary"
+    # Another run (cancel, exit, timeout) took the instance over while this one ran: its late
+    # results were dropped; the error message names who took over.
+    CANCELLED = "cancelled", "Cancelled: superseded by another run"
 
 
 class TaskStatus(TextChoices):

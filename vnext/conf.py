@@ -26,6 +26,8 @@ DEFAULTS: dict[str, Any] = {
     # How long a sync request waits for its instance's due error-boundary retries (it runs
     # them itself when no worker has) before it answers with the instance still Busy.
     "SYNC_RETRY_WAIT_SECONDS": 10.0,
+    # How long a sync updateData waits for its turn in the instance's write lane (then 202).
+    "DATA_WRITE_WAIT_SECONDS": 10.0,
     # What the trigger task types (11 start, 12 direct trigger, 14 subprocess) start instances
     # and run transitions with: the instance services in-process, or over HTTP the runtime
     # REMOTE_DOMAINS names for a domain (`{"payments": "https://pay.example/api/v1"}`), with the

@@ -219,6 +219,7 @@ VNEXT = {
     "SCRIPT_POOL_WAIT_SECONDS": env.float("VNEXT_SCRIPT_POOL_WAIT_SECONDS", default=10.0),
     "SCRIPT_CONFIGURATION": env.json("VNEXT_SCRIPT_CONFIGURATION", default={}),
     "SYNC_RETRY_WAIT_SECONDS": env.float("VNEXT_SYNC_RETRY_WAIT_SECONDS", default=10.0),
+    "DATA_WRITE_WAIT_SECONDS": env.float("VNEXT_DATA_WRITE_WAIT_SECONDS", default=10.0),
     "HTTP_WORKERS": env.int("VNEXT_HTTP_WORKERS", default=0) or None,
     "HTTP_THREADS": env.int("VNEXT_HTTP_THREADS", default=8),
     "HTTP_ACCESS_LOG": env.bool("VNEXT_HTTP_ACCESS_LOG", default=False),

@@ -39,7 +39,7 @@ from instances.api.serializers import (
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.functions import ReadKind
-from instances.engine.outcomes import PipelineFault
+from instances.engine.outcomes import PipelineFault, PipelineSuperseded
 from instances.engine.records import LONG_POLL_OWNER_PREFIX, InstanceSnapshot
 from instances.engine.roles import Caller, allowed
 from instances.engine.visibility import accepted_languages, readable
@@ -61,7 +61,7 @@ from instances.functions import (
     instance_function_catalog,
     instance_function_run,
 )
-from instances.job_handlers import instance_settle, relays_run
+from instances.job_handlers import instance_settle, instance_transition_run, relays_run
 from instances.selectors import (
     active_correlations,
     active_incident,
@@ -95,7 +95,6 @@ from instances.services import (
     instance_snapshot,
     instance_start,
     instance_start_accept,
-    instance_transition,
     instance_transition_accept,
     output_answer,
     start_runs_sync,
@@ -265,6 +264,15 @@ def _answer(
     worker has them) or `SYNC_RETRY_WAIT_SECONDS` pass, whichever is first."""
     try:
         outcome = run()
+    except PipelineSuperseded as superseded:
+        # A cancel, exit or timeout took the instance over while this run was on its way:
+        # the answer is what the instance is now, and what became of the request.
+        instance = instance_by_id(superseded.instance_id) or instance_snapshot(
+            domain=domain, workflow=workflow, ref=str(superseded.instance_id)
+        )
+        error = {"errorCode": superseded.code, "detail": superseded.message}
+        body = {**_shown_envelope(instance, request), "error": error}
+        return _with_etags(Response(body), instance)
     except PipelineFault as fault:
         if fault.code in CALLER_FAULTS:
             raise  # the exception handler answers with the code's own status
@@ -283,7 +291,7 @@ def _answer(
         # Forwarded to the active subflow: the answer describes the instance the caller named.
         instance = instance_by_id(outcome.addressed) or instance
     extra = _retried(instance, outcome) if retried else {}
-    if accepted:
+    if accepted or outcome.queued:
         body = {"id": str(instance.id), "status": str(instance.status), **extra}
         return Response(body, status=status.HTTP_202_ACCEPTED)
     execution = outcome.execution
@@ -457,7 +465,7 @@ class InstanceTransitionView(ApiView):
             transition_key=transition,
             requested=_is_sync(request),
         )
-        run = instance_transition if sync else instance_transition_accept
+        run = instance_transition_run if sync else instance_transition_accept
         return _answer(
             domain,
             workflow,

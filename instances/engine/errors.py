@@ -56,6 +56,11 @@ class Codes:
     TRANSITION_NOT_AVAILABLE = ErrorCode(
         "Transition:100020", 400, "Transition not available in the current state"
     )
+    TRANSITION_SUPERSEDED = ErrorCode(
+        "Transition:Superseded",
+        409,
+        "Another run (a cancel, exit or timeout) took the instance over while this one ran",
+    )
     TASK_INPUT_MAPPING_FAILED = ErrorCode("Task:400007", 502, "Task input mapping failed")
     TASK_OUTPUT_MAPPING_FAILED = ErrorCode("Task:400008", 502, "Task output mapping failed")
     TASK_HTTP_TIMEOUT = ErrorCode("Task:Http:Timeout", 504, "HTTP task timed out")

@@ -556,6 +556,9 @@ class FanOutRun:
     result: BatchResult
     output: dict[str, Any]
     failure: TaskFailure | None
+    # The output made again on other instance data (the output handler reads it); None when
+    # the output is the default packaging, which does not read the data.
+    rederive: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -567,7 +570,8 @@ class FanOutTask:
     inner: InnerTask
     script: ScriptHandle | None
     # `context` for the mapping's handlers; an item's branch context has the item as its body.
-    context: Callable[[Any], ScriptObject]
+    # `context(body)`: a handler's context; `context(body, data)` with other instance data.
+    context: Callable[..., ScriptObject]
     bulkhead: Bulkhead
     instance_id: str
     data: dict[str, Any]
@@ -644,7 +648,13 @@ class FanOutTask:
                 + (f" (minSuccess {self.config.min_success})" if self._threshold else "")
                 + (", the batch timed out" if result.timed_out else ""),
             )
-        return FanOutRun(result, output, failure)
+        rederive = None
+        if self.script is not None and self.script.has("output_handler"):
+
+            def rederive(data: dict[str, Any]) -> dict[str, Any]:
+                return self._output(result, data)
+
+        return FanOutRun(result, output, failure, rederive)
 
     @property
     def _threshold(self) -> bool:
@@ -749,12 +759,11 @@ class FanOutTask:
             task.timeout_seconds = max(min(configured, control.remaining()), _MIN_CALL_SECONDS)
         return self.inner.execute(task, input_data)
 
-    def _output(self, result: BatchResult) -> dict[str, Any]:
+    def _output(self, result: BatchResult, data: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.script is not None and self.script.has("output_handler"):
+            context = self.context(None) if data is None else self.context(None, data)
             try:
-                returned = self.script.call(
-                    "output_handler", self.context(None), result.as_script_object()
-                )
+                returned = self.script.call("output_handler", context, result.as_script_object())
             except ScriptError as exc:
                 raise TaskFailure(
                     stopped_code(exc, Codes.FAN_OUT_OUTPUT_FAILED),

@@ -31,6 +31,20 @@ class PipelineFault(Exception):
         return f"{self.code}: {self.message}"
 
 
+@dataclass(eq=False)
+class PipelineSuperseded(Exception):
+    """The run lost the instance while it ran: a cancel, exit or timeout (or the reaper, or a
+    job's re-claim) took its Busy ownership over. Its history rows were closed `cancelled`, its
+    late results dropped; what the instance is now is the other run's doing."""
+
+    code: str
+    message: str
+    instance_id: uuid.UUID
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
 class ForwardToSubflow(Exception):
     """Step 10: the instance waits for a SubFlow child and the transition is not its own: the
     caller sends it to `child_id` instead (nothing was written)."""

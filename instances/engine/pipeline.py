@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -31,14 +31,16 @@ from instances.engine.boundaries import (
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.engine.errors import Codes, VNextError
 from instances.engine.fan_out import DEFAULT_MAX_CONCURRENT_ITEMS, Bulkhead
-from instances.engine.outcomes import PipelineFault, Rejected
+from instances.engine.outcomes import PipelineFault, PipelineSuperseded, Rejected
 from instances.engine.ports import (
     Components,
+    DataChanged,
     InstanceReader,
     InstanceWriter,
     Locks,
     Store,
     StoreRefused,
+    describe_taker,
     utc_now,
 )
 from instances.engine.profiles import Order, OutcomeKind, Profile, resolve_profile
@@ -52,9 +54,9 @@ from instances.engine.records import (
     TransitionRow,
     stage_fault,
 )
-from instances.engine.script_runner import ScriptExecutor, ScriptRunner
+from instances.engine.script_runner import ScriptExecutor, ScriptRunner, script_context
 from instances.engine.scripts import ScriptError
-from instances.engine.steps import STEPS
+from instances.engine.steps import STEPS, automatic_transition
 from instances.engine.task_types import TaskFailure
 from instances.engine.tasks import TaskOutcome, TaskRunner
 from instances.engine.telemetry import bound, span, timed_step, transition_done
@@ -63,6 +65,9 @@ from instances.status import InstanceStatus, JobKind, TransitionStatus, Trigger
 logger = logging.getLogger("vnext.pipeline")
 
 MAX_CHAIN_DEPTH = 50
+# How often a flush derives its patches again because other writes changed the data under it:
+# each time another write committed, so a run gives up only under an endless stream of them.
+MAX_DATA_REDERIVES = 50
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,20 @@ class Engine:
         )
         self.steps = STEPS
 
+    def automatic_transition(
+        self, definition: WorkflowDefinition, instance: InstanceSnapshot
+    ) -> TransitionDef | None:
+        """The automatic transition of the instance's state whose rule holds now (else its
+        default one), or None: what the Auto step (80) would pick after a hop."""
+        return automatic_transition(
+            self,
+            definition,
+            instance,
+            lambda: script_context(
+                instance, transition_key="", configuration=self.config.script_configuration
+            ),
+        )
+
     def execute(
         self,
         definition: WorkflowDefinition,
@@ -169,12 +188,15 @@ class Engine:
         is_new: bool = False,
         owner: str | None = None,
         reserved: bool = False,
+        fence: tuple[int, str] | None = None,
     ) -> Execution:
         """Run `request` on `instance` (a new one when `is_new`) and the automatic chain after
         it. `reserved`: the instance is already Busy with `owner` (an accepted async request).
+        `fence`: the write-lane ticket an updateData runs under (`Guard.fence`).
         Raises `Rejected` (nothing written) or `PipelineFault` (instance Faulted)."""
         execution = Execution(self, definition, instance, is_new=is_new, owner=owner)
         execution.holds_busy = reserved
+        execution.fence = fence
         execution.run(request)
         return execution
 
@@ -226,6 +248,8 @@ class Execution:
         self.owner = owner or uuid.uuid4().hex
         self.holds_busy = False
         self.lock_free = False
+        # The write-lane ticket a lock-free run holds (its flushes are fenced by it).
+        self.fence: tuple[int, str] | None = None
         self.loaded_state_version = instance.state_version
         # The state the database holds (the in-memory one runs ahead until a flush).
         self.committed_state = instance.current_state
@@ -244,11 +268,23 @@ class Execution:
         # A flush started children, ended them, or closed this instance's own correlation:
         # the caller runs the hand-off jobs that follow (child starts, parent resumes).
         self.relays = False
+        # An updateData committed and the automatic chain after it continues as a plain run.
+        self.chained_after_update = False
+        # The state whose automatic transitions a job evaluates again (set when the chain
+        # after an updateData could not be admitted).
+        self.deferred_automatic: str | None = None
 
     # --- the run ------------------------------------------------------------------------------
 
     def run(self, request: TransitionRequest) -> None:
-        """Run `request`, then every automatic transition the Auto step picks, inline."""
+        """Run `request`, then every automatic transition the Auto step picks, inline. Raises
+        `PipelineSuperseded` when another run took the instance over meanwhile."""
+        try:
+            self._run_chain(request)
+        except _OwnershipLost:
+            self._superseded()
+
+    def _run_chain(self, request: TransitionRequest) -> None:
         self.lock_free = request.transition.is_update_data
         hop = self._hop(request, depth=0)
         if request.resume_at is not None:
@@ -256,7 +292,18 @@ class Execution:
             hop.target_state = self.instance.current_state
             self.transition_row(hop)
         while True:
-            self._run_hop(hop)
+            if hop.depth and self.chained_after_update:
+                try:
+                    self._run_hop(hop)
+                except Rejected:
+                    # The updateData is committed; the automatic transition it made possible
+                    # could not be admitted (another run holds the instance): a job evaluates
+                    # the state's automatic transitions again once the instance is free. The
+                    # answer is the update's: a 409 only when nothing was written.
+                    self._defer_automatic(hop)
+                    return
+            else:
+                self._run_hop(hop)
             if hop.next_transition is None or self.awaiting_retry is not None:
                 return
             chained = TransitionRequest(
@@ -379,8 +426,25 @@ class Execution:
             return Guard(GuardKind.LOCK_FREE)
         return Guard(GuardKind.OPTIMISTIC, state_version=self.loaded_state_version)
 
+    def guard_for_flush(self) -> Guard:
+        """`guard()`, and the data version the staged patches were derived from when a script
+        computed one of them from the data (the write funnel: a patch made from data another
+        write has changed since is made again, never written stale)."""
+        guard = self.guard()
+        if self.writes.reads_data and guard.kind is not GuardKind.INSERT:
+            guard = replace(guard, data_etag=self.instance.entity_etag)
+        if self.lock_free and self.fence is not None:
+            guard = replace(guard, fence=self.fence)
+        return guard
+
     def flush(self) -> None:
-        """Commit the pending writes in one transaction; 409 when the guard no longer holds."""
+        """Commit the pending writes in one transaction; 409 when the guard no longer holds.
+
+        The instance-data write funnel: a flush whose patches scripts derived from the data is
+        guarded by the data version they read; when another write (an updateData, a child's
+        update of its parent) committed meanwhile, the patches are derived again from the data
+        as committed, in the order they were made, and the flush is tried again. So every
+        write reads what the previous one committed and none is lost."""
         if self.writes.is_empty() and not self.is_new:
             return
         writes = self.writes
@@ -389,15 +453,95 @@ class Execution:
             or writes.children_end is not None
             or writes.parent_correlation_status is not None
         )
-        committed = self.engine.store.flush(self.instance, writes, self.guard())
-        self.relays = self.relays or (relays and committed is not None)
-        if committed is None:
+        for _ in range(MAX_DATA_REDERIVES):
+            try:
+                committed = self.engine.store.flush(self.instance, writes, self.guard_for_flush())
+                break
+            except DataChanged as changed:
+                self._rederive(changed.current)
+        else:
             raise Rejected(
                 Codes.INSTANCE_BUSY,
-                "the instance changed or is busy with another transition",
+                f"the instance's data changed {MAX_DATA_REDERIVES} times while this run wrote it",
                 instance_id=str(self.instance.id),
             )
+        self.relays = self.relays or (relays and committed is not None)
+        if committed is None:
+            raise self._refusal()
         self._refresh(committed)
+
+    def _defer_automatic(self, hop: Hop) -> None:
+        state = hop.source_state or self.instance.current_state
+        self.hops.remove(hop)
+        self.writes = PendingWrites()
+        self.writes.jobs.append(
+            JobRow(
+                kind=JobKind.AUTOMATIC,
+                run_at=self.engine.clock(),
+                state=state,
+                payload={"state": state, "after": hop.transition.key},
+            )
+        )
+        self.lock_free, self.holds_busy = True, False
+        self.flush()
+        self.deferred_automatic = state
+        logger.info(
+            "instance %s: %s is not admitted now; the automatic transitions of %s run later",
+            self.instance.id,
+            hop.transition.key,
+            state,
+        )
+
+    def _superseded(self) -> NoReturn:
+        """This run lost the instance (cancel, exit, timeout, the reaper): its running history
+        rows close `cancelled`, naming who took over; nothing else of it is written."""
+        rows = [hop.row.id for hop in self.hops if hop.row is not None]
+        code = Codes.TRANSITION_SUPERSEDED.code
+        taker = self.engine.store.supersede(self.instance.id, rows=rows, code=code)
+        self.holds_busy = False
+        first = self.hops[0].transition.key if self.hops else "the transition"
+        message = f"{first} was superseded by {taker}, which took the instance over; "
+        message += "the results that came after were dropped"
+        logger.warning("instance %s: %s", self.instance.id, message)
+        raise PipelineSuperseded(code, message, self.instance.id)
+
+    def _refusal(self) -> Rejected | _OwnershipLost:
+        """Why a flush's guard failed (nothing was written)."""
+        if self.holds_busy:
+            return _OwnershipLost()
+        if self.lock_free:
+            # updateData's own guard fails only when the instance ended or its lane ticket
+            # was taken over after its lease expired (a worker applies it then).
+            now = self.engine.store.load(self.instance.id)
+            if now is None or now.status == InstanceStatus.COMPLETED:
+                return Rejected(
+                    Codes.INSTANCE_COMPLETED,
+                    "the instance completed before this update was applied",
+                    instance_id=str(self.instance.id),
+                )
+            return Rejected(
+                Codes.INSTANCE_BUSY,
+                "this update's turn in the instance's write lane expired; a worker applies it",
+                instance_id=str(self.instance.id),
+            )
+        return Rejected(
+            Codes.INSTANCE_BUSY,
+            "the instance changed or is busy with another transition",
+            instance_id=str(self.instance.id),
+        )
+
+    def _rederive(self, current: InstanceSnapshot) -> None:
+        """Another write changed the data since this run's patches were derived: derive them
+        again from `current`'s data (the run's view of the data follows)."""
+        logger.info(
+            "instance %s: data changed under the run; deriving %d patch(es) again",
+            self.instance.id,
+            sum(part.rederive is not None for part in self.writes.data_parts),
+        )
+        self.instance.data = self.writes.rederive_data(current.data)
+        self.instance.entity_etag = current.entity_etag
+        self.instance.data_version = current.data_version
+        self.instance.sealed = current.sealed
 
     def _refresh(self, committed: InstanceSnapshot) -> None:
         self.instance.data = committed.data
@@ -452,8 +596,9 @@ class Execution:
         self.instance.busy_owner = owner
         self.holds_busy = False
 
-    def take_over_busy(self) -> None:
-        """cancel/exit/timeout: exempt from 409, they become the Busy owner at once."""
+    def take_over_busy(self, hop: Hop) -> None:
+        """cancel/exit/timeout: exempt from 409, they become the Busy owner at once; a run
+        they take the instance from is superseded: its running history rows close now."""
         if self.holds_busy:
             return
         taken = self.engine.store.force_busy(self.instance.id, self.owner)
@@ -463,6 +608,12 @@ class Execution:
                 "the instance is no longer active",
                 instance_id=str(self.instance.id),
             )
+        self.engine.store.supersede(
+            self.instance.id,
+            rows=None,
+            code=Codes.TRANSITION_SUPERSEDED.code,
+            taker=describe_taker(hop.transition.key, hop.request.actor),
+        )
         self.instance.status = InstanceStatus.BUSY
         self.holds_busy = True
         self.committed = True
@@ -522,8 +673,6 @@ class Execution:
         except Rejected:
             if not self.committed:
                 raise
-            # Someone took the instance over (cancel): its run decides the outcome now.
-            logger.warning("fault of %s not recorded: ownership lost", self.instance.id)
         if not self.lock_free:
             self.instance.status = InstanceStatus.FAULTED
         self.holds_busy = False
@@ -547,6 +696,8 @@ class Execution:
     def _flush_fault(self) -> None:
         try:
             self.flush()
+        except _OwnershipLost:
+            raise
         except (Rejected, StoreRefused):
             if not self.committed:
                 raise
@@ -712,6 +863,7 @@ class Execution:
             # updateData committed nothing under Busy: its writes go first, then an ordinary run.
             self.flush()
             self.lock_free = False
+            self.chained_after_update = True
         logger.warning(
             "task %s of %s failed (%s): %s by its %s error boundary (%s) to %s",
             failure.task_key,
@@ -748,6 +900,10 @@ class Execution:
             stage=hop.request.stage,
         )
         return hop.row
+
+
+class _OwnershipLost(Exception):
+    """A flush of a run that held Busy found another owner: the run was superseded."""
 
 
 class _Diverted(Exception):

@@ -30,7 +30,7 @@ from instances.engine.records import (
     deep_merge,
     new_etag,
 )
-from instances.status import InstanceStatus
+from instances.status import InstanceStatus, TransitionStatus
 
 
 class LockRelease(Enum):
@@ -61,6 +61,16 @@ class BusinessKeyTaken(Exception):
     """Inserting an instance failed: a live instance of the workflow already has the key."""
 
 
+class DataChanged(Exception):
+    """A flush guarded by the data version (`Guard.data_etag`) found the data changed by
+    another write while everything else the guard checks still holds: nothing was written.
+    `current` is the instance as committed now; the run derives its patches again from it."""
+
+    def __init__(self, current: InstanceSnapshot) -> None:
+        super().__init__(f"the data of instance {current.id} changed")
+        self.current = current
+
+
 class StoreRefused(VNextError):
     """The database refused a write for its content (a NUL character, a number out of range):
     nothing of that flush was written."""
@@ -80,7 +90,8 @@ class Store(Protocol):
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> InstanceSnapshot | None:
         """Commit `writes` in one transaction if `guard` holds; return the committed instance,
-        or None (nothing written) when it did not. Raises `BusinessKeyTaken` on INSERT."""
+        or None (nothing written) when it did not. Raises `BusinessKeyTaken` on INSERT, and
+        `DataChanged` (nothing written) when only the guard's `data_etag` failed."""
         ...
 
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
@@ -93,6 +104,19 @@ class Store(Protocol):
     ) -> InstanceSnapshot | None:
         """Move Busy ownership from `from_owner` to `to_owner` (compare-and-set); None when the
         instance is not Busy for `from_owner` any more."""
+        ...
+
+    def supersede(
+        self,
+        instance_id: uuid.UUID,
+        *,
+        rows: list[uuid.UUID] | None,
+        code: str,
+        taker: str | None = None,
+    ) -> str:
+        """A run lost the instance to another: close its history `rows` (None: every row of the
+        instance) still running as `cancelled`, with `code` and who took over (`taker`, else
+        the instance's newest other row), and return that description."""
         ...
 
 
@@ -286,6 +310,33 @@ class InMemoryStore:
             row.busy_owner = to_owner
             return copy.deepcopy(row)
 
+    def supersede(
+        self,
+        instance_id: uuid.UUID,
+        *,
+        rows: list[uuid.UUID] | None,
+        code: str,
+        taker: str | None = None,
+    ) -> str:
+        with self._lock:
+            # The in-memory store holds the rows of every instance without saying whose: a
+            # takeover (rows None) closes every running one.
+            ids = list(self.transitions) if rows is None else rows
+            described = taker
+            if described is None:
+                others = [t for t in self.transitions.values() if t.id not in ids]
+                newest = max(others, key=lambda t: t.started_at, default=None)
+                described = (
+                    describe_taker(newest.transition_key, newest.actor) if newest else "another run"
+                )
+            for row_id in ids:
+                row = self.transitions.get(row_id)
+                if row is not None and row.status == TransitionStatus.RUNNING:
+                    row.status, row.error_code = TransitionStatus.CANCELLED, code
+                    row.error_message = f"superseded by {described}"
+                    row.finished_at = self.clock()
+            return described
+
     def flush(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> InstanceSnapshot | None:
@@ -360,6 +411,8 @@ class InMemoryStore:
             ok = row.status == InstanceStatus.FAULTED
         else:
             ok = row.status != InstanceStatus.COMPLETED
+        if ok and guard.data_etag is not None and row.entity_etag != guard.data_etag:
+            raise DataChanged(copy.deepcopy(row))
         return row if ok else None
 
     def _write_subflows(self, row: InstanceSnapshot, writes: PendingWrites) -> None:
@@ -409,6 +462,11 @@ class InMemoryStore:
                 job["status"] = "cancelled"
         for new in writes.jobs:
             self.jobs.append(_job_dict(row.id, new))
+
+
+def describe_taker(transition_key: str, actor: str) -> str:
+    """Who took an instance over from a run, as its history shows: `cancel (by ops)`."""
+    return f"{transition_key} (by {actor})" if actor else transition_key
 
 
 def _job_dict(instance_id: uuid.UUID, job: JobRow) -> dict[str, Any]:

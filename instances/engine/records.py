@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -226,11 +227,31 @@ class GuardKind(Enum):
 
 @dataclass(frozen=True)
 class Guard:
-    """The compare-and-set condition of a flush."""
+    """The compare-and-set condition of a flush. `data_etag`, when set, also requires the data
+    to be the version a script read (`entity_etag`): the instance-data write funnel."""
 
     kind: GuardKind
     state_version: int = 0
     owner: str = ""
+    data_etag: str | None = None
+    # `(job id, claim token)`: the write-lane ticket a lock-free run holds; the store writes
+    # only while that claim stands (a run that outlived its lease cannot write twice).
+    fence: tuple[int, str] | None = None
+
+
+# Recomputes a data patch from the instance data as it is now (a script that read the data:
+# a mapping, an output handler); pure: it runs again whenever the data changed under it.
+Rederive = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class DataPart:
+    """One patch of a run's pending data write, in the order it was made: a constant one (a
+    request's attributes) or one a script derived from the data (`rederive` makes it again)."""
+
+    patch: dict[str, Any]
+    strategy: str
+    rederive: Rederive | None = None
 
 
 @dataclass
@@ -240,6 +261,8 @@ class PendingWrites:
     instance_fields: dict[str, Any] = field(default_factory=dict)
     data_patch: dict[str, Any] | None = None
     version_strategy: str = "None"
+    # The patches `data_patch` merges, in order; a derived one makes the flush guard the data.
+    data_parts: list[DataPart] = field(default_factory=list)
     bump_state_version: bool = False
     transitions: dict[uuid.UUID, TransitionRow] = field(default_factory=dict)
     tasks: list[TaskRow] = field(default_factory=list)
@@ -263,19 +286,44 @@ class PendingWrites:
         """Stage instance column values."""
         self.instance_fields.update(fields)
 
-    def merge_data(self, patch: dict[str, Any], strategy: str) -> None:
-        """Stage a data patch; the strongest version strategy of the merged patches wins."""
-        if not patch:
+    def merge_data(
+        self, patch: dict[str, Any], strategy: str, rederive: Rederive | None = None
+    ) -> None:
+        """Stage a data patch; the strongest version strategy of the merged patches wins.
+        `rederive`: the patch was computed from the data, and is computed again from the data
+        as committed if that changed before the flush (an empty patch counts then too)."""
+        if not patch and rederive is None:
             return
-        self.data_patch = deep_merge(self.data_patch or {}, patch)
+        self.data_parts.append(DataPart(patch, strategy, rederive))
+        if patch:
+            self.data_patch = deep_merge(self.data_patch or {}, patch)
         if VERSION_RANK.get(strategy, 0) > VERSION_RANK.get(self.version_strategy, 0):
             self.version_strategy = strategy
+
+    @property
+    def reads_data(self) -> bool:
+        """Some staged patch was derived from the data: the flush must find it unchanged."""
+        return any(part.rederive is not None for part in self.data_parts)
+
+    def rederive_data(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Make every staged patch again, in order, on top of `data` (the data as committed
+        now): constant patches as they are, derived ones by their scripts. Returns the data
+        the patches lead to; `data_patch` becomes their merge."""
+        self.data_patch = None
+        for part in self.data_parts:
+            if part.rederive is not None:
+                part.patch = part.rederive(data)
+            if part.patch:
+                data = deep_merge(data, part.patch)
+                self.data_patch = deep_merge(self.data_patch or {}, part.patch)
+        return data
 
     def is_empty(self) -> bool:
         """True when a flush would write nothing."""
         return not (
             self.instance_fields
             or self.data_patch
+            or self.reads_data
             or self.bump_state_version
             or self.transitions
             or self.tasks

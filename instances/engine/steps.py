@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,6 +29,7 @@ from instances.engine.records import (
     LONG_POLL_OWNER_PREFIX,
     ChildrenEnd,
     JobRow,
+    Rederive,
     TransitionRow,
     deep_merge,
     subflow_owner,
@@ -50,7 +53,9 @@ from instances.status import (
 )
 
 if TYPE_CHECKING:
-    from instances.engine.pipeline import Execution, Hop
+    from instances.engine.definition import WorkflowDefinition
+    from instances.engine.pipeline import Engine, Execution, Hop
+    from instances.engine.records import InstanceSnapshot
 
 logger = logging.getLogger("vnext.pipeline")
 
@@ -65,9 +70,13 @@ class Step:
         raise NotImplementedError
 
 
-def _context(execution: Execution, hop: Hop, **extra: Any) -> Any:
+def _context(
+    execution: Execution, hop: Hop, data: dict[str, Any] | None = None, **extra: Any
+) -> Any:
+    # `data`: the context over other instance data (a patch derived again, see `_merge_data`).
+    instance = execution.instance if data is None else replace(execution.instance, data=data)
     return script_context(
-        execution.instance,
+        instance,
         transition_key=hop.transition.key,
         body=hop.request.attributes,
         headers=hop.request.headers,
@@ -104,8 +113,7 @@ def _run_tasks(
         execution.writes.tasks.extend(outcome.item_rows)
         if outcome.response is not None:
             execution.task_responses[outcome.key] = outcome.response
-        if outcome.patch:
-            _merge_data(execution, outcome.patch, hop.transition.version_strategy)
+        _merge_data(execution, outcome.patch, hop.transition.version_strategy, outcome.rederive)
         _enqueue_notifications(execution, hop, outcome)
 
     execution.engine.tasks.run(
@@ -143,9 +151,18 @@ def _enqueue_notifications(execution: Execution, hop: Hop, outcome: TaskOutcome)
         hop.notification_jobs.append(job)
 
 
-def _merge_data(execution: Execution, patch: dict[str, Any], strategy: str) -> None:
-    execution.instance.data = deep_merge(execution.instance.data, patch)
-    execution.writes.merge_data(patch, strategy)
+def _merge_data(
+    execution: Execution,
+    patch: dict[str, Any],
+    strategy: str,
+    rederive: Rederive | None = None,
+) -> None:
+    # A patch a script derived from the data carries `rederive`: should another write change
+    # the data before this run's flush, the flush makes the patch again from the data as
+    # committed (the write funnel, Execution.flush) instead of writing it stale.
+    if patch:
+        execution.instance.data = deep_merge(execution.instance.data, patch)
+    execution.writes.merge_data(patch, strategy, rederive)
 
 
 def _tasks_do_io(execution: Execution, references: list[dict[str, Any]]) -> bool:
@@ -242,7 +259,7 @@ class SetBusyStep(Step):
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         if hop.transition.kind in BUSY_EXEMPT and not execution.is_new:
-            execution.take_over_busy()
+            execution.take_over_busy(hop)
         elif _hop_does_io(execution, hop) and not execution.holds_busy:
             # The attempt row (step 20) goes with the Busy compare-and-set: one transaction.
             row = execution.transition_row(hop)
@@ -277,9 +294,15 @@ class ParentUpdateDataDataOnlyStep(Step):
     order = Order.PARENT_UPDATE_DATA_DATA_ONLY
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
-        if hop.transition.is_update_data and waiting_child(execution.instance) is not None:
-            return Outcome.with_directives(data_only=True)
-        return Outcome.proceed()
+        if not hop.transition.is_update_data or waiting_child(execution.instance) is None:
+            return Outcome.proceed()
+        # Seed 000: the payload is persisted as sent; the transition's own mapping and tasks,
+        # the state lifecycle and the epilogue are skipped (the child is running its part).
+        patch = hop.request.attributes
+        if isinstance(patch, dict) and patch:
+            _merge_data(execution, patch, hop.transition.version_strategy)
+        hop.data_only = True
+        return Outcome.skip_to_finalize()
 
 
 class ResourceLockStep(Step):
@@ -368,12 +391,32 @@ class OnExecuteStep(Step):
                 execution.instance.key = returned.key
                 execution.writes.set(key=returned.key)
             patch = response_data(returned)
+            _merge_data(
+                execution,
+                patch if isinstance(patch, dict) else {},
+                transition.version_strategy,
+                _mapping_rederive(execution, hop, mapping),
+            )
         else:
             patch = hop.request.attributes
-        if isinstance(patch, dict) and patch:
-            _merge_data(execution, patch, transition.version_strategy)
+            if isinstance(patch, dict) and patch:
+                _merge_data(execution, patch, transition.version_strategy)
         _run_tasks(execution, hop, transition.tasks, "onExecute")
         return Outcome.proceed()
+
+
+def _mapping_rederive(execution: Execution, hop: Hop, mapping: dict[str, Any]) -> Rederive:
+    """The transition mapping's patch made again on other data (the same request)."""
+    task_responses = dict(execution.task_responses)
+
+    def rederive(data: dict[str, Any]) -> dict[str, Any]:
+        context = _context(execution, hop, data)
+        context.task_responses = dict(task_responses)
+        returned = execution.engine.scripts.call(mapping, execution.definition, "handler", context)
+        patch = response_data(returned)
+        return patch if isinstance(patch, dict) else {}
+
+    return rederive
 
 
 class ApplyTimeoutStateStep(Step):
@@ -562,11 +605,15 @@ class ClearBusyOnResumeStep(Step):
         if result is None or hop.depth != 0:
             return Outcome.proceed()
         state = execution.definition.state(execution.instance.current_state)
-        context = _context(execution, hop)
-        context.body = result
-        patch = resume_patch(execution, state, context)
-        if patch:
-            _merge_data(execution, patch, hop.transition.version_strategy)
+
+        def derive(data: dict[str, Any] | None = None) -> dict[str, Any]:
+            context = _context(execution, hop, data)
+            context.body = result
+            return resume_patch(execution, state, context)
+
+        mapping = (state.subflow or {}).get("mapping")
+        reads = isinstance(mapping, dict) and bool(mapping.get("code"))
+        _merge_data(execution, derive(), hop.transition.version_strategy, derive if reads else None)
         return Outcome.proceed()
 
 
@@ -579,25 +626,41 @@ class RunAutomaticTransitionsStep(Step):
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         if not hop.profile.allow_auto_chain or hop.data_only:
             return Outcome.proceed()
-        state = execution.definition.state(execution.instance.current_state)
-        if state.is_final:
+        picked = automatic_transition(
+            execution.engine,
+            execution.definition,
+            execution.instance,
+            lambda: _context(execution, hop),
+        )
+        if picked is None:
             return Outcome.proceed()
-        candidates = execution.definition.auto_transitions(state.key)
-        ruled = [t for t in candidates if not t.is_default_auto]
-        defaults = [t for t in candidates if t.is_default_auto]
-        for transition in ruled + defaults:
-            rule = transition.raw.get("rule")
-            if isinstance(rule, dict) and rule.get("code"):
-                context = _context(execution, hop)
-                holds = execution.engine.scripts.call(
-                    rule, execution.definition, "handler", context
-                )
-                if not holds:
-                    continue
-            elif not transition.is_default_auto:
+        return Outcome.with_directives(next_transition=picked)
+
+
+def automatic_transition(
+    engine: Engine,
+    definition: WorkflowDefinition,
+    instance: InstanceSnapshot,
+    context: Callable[[], Any],
+) -> TransitionDef | None:
+    """The automatic transition of the instance's state that fires now: the first whose rule
+    holds, else a default (`triggerKind: 10`) one; None in a final state or when none does.
+    `context()` makes each rule's context."""
+    state = definition.state(instance.current_state)
+    if state.is_final:
+        return None
+    candidates = definition.auto_transitions(state.key)
+    ruled = [t for t in candidates if not t.is_default_auto]
+    defaults = [t for t in candidates if t.is_default_auto]
+    for transition in ruled + defaults:
+        rule = transition.raw.get("rule")
+        if isinstance(rule, dict) and rule.get("code"):
+            if not engine.scripts.call(rule, definition, "handler", context()):
                 continue
-            return Outcome.with_directives(next_transition=transition)
-        return Outcome.proceed()
+        elif not transition.is_default_auto:
+            continue
+        return transition
+    return None
 
 
 class ScheduleTransitionsStep(Step):
@@ -779,6 +842,7 @@ class ResolveAvailableStep(Step):
                 # updateData commits its own data first; the chain after it is an ordinary run.
                 execution.flush()
                 execution.lock_free = False
+                execution.chained_after_update = True
             return Outcome.proceed()
         completed = hop.completed or execution.instance.status == InstanceStatus.COMPLETED
         first = execution.hops[0].request

@@ -8,7 +8,7 @@ import copy
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 from typing import Any
 
@@ -24,12 +24,13 @@ from instances.engine.fan_out import (
     InnerTask,
 )
 from instances.engine.ports import Components, InstanceReader, InstanceWriter, SubprocessParent
-from instances.engine.records import InstanceSnapshot, TaskRow
+from instances.engine.records import InstanceSnapshot, Rederive, TaskRow
 from instances.engine.script_pool import FollowUp, ScriptReply
 from instances.engine.script_runner import (
     ScriptHandle,
     ScriptObject,
     ScriptRunner,
+    instance_view,
     response_data,
     script_context,
     stopped_code,
@@ -83,6 +84,9 @@ class TaskOutcome:
     item_rows: list[TaskRow] = field(default_factory=list)
     # What a notification task handed over: delivered once the hop commits (as jobs).
     notifications: list[OutgoingNotification] = field(default_factory=list)
+    # Makes `patch` again from other data (the output handler, or a pure task's whole run);
+    # None when the patch does not depend on the data.
+    rederive: Rederive | None = None
 
 
 @dataclass
@@ -144,8 +148,15 @@ class TaskRunner:
             else:
                 with ThreadPoolExecutor(max_workers=min(len(group), 8)) as pool:
                     outcomes = list(pool.map(self._in_worker(one), group))
+            merged = False
             for outcome in outcomes:
+                if merged and outcome.rederive is not None:
+                    # Tasks of one order ran side by side on the same data: their outputs are
+                    # merged one after the other, each made from the data with the outputs
+                    # before it merged (two counters bumped by two tasks both count).
+                    _rederive_outcome(outcome, instance.data)
                 on_done(outcome)
+                merged = merged or bool(outcome.patch)
             failed = next(
                 ((o, ref) for o, ref in zip(outcomes, group, strict=True) if o.failure), None
             )
@@ -226,6 +237,7 @@ class TaskRunner:
                 if run.failure is not None:
                     run.failure.task_key = key
                 done = outcome(status, answer, run.output, run.failure)
+                done.rederive = run.rederive
                 done.item_rows = [
                     TaskRow(
                         transition_id=transition_id,
@@ -311,18 +323,72 @@ class TaskRunner:
                 # (and may record it) whatever an error boundary then decides.
                 failure.task_key = key
                 patch = self._output(script, context, failure.response, task_type)
-                return outcome(TaskStatus.FAILED, failure.response.as_dict(), patch, failure)
+                failed = outcome(TaskStatus.FAILED, failure.response.as_dict(), patch, failure)
+                failed.rederive = self._output_rederive(
+                    script, context, instance, failure.response, task_type
+                )
+                return failed
             if chained is not None:
                 patch = _output_patch(chained.follow_up, chained.follow_up_error)
             else:
                 patch = self._output(script, context, response, task_type)
             done = outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
             done.notifications = call.outbox
+            if task_type in PURE_TASK_TYPES:
+                # Nothing left the worker: the whole task runs again on other data.
+                done.rederive = self._rerun(
+                    reference,
+                    phase=phase,
+                    definition=definition,
+                    instance=instance,
+                    transition_key=transition_key,
+                    transition_id=transition_id,
+                    task_responses=dict(task_responses),
+                    headers=headers,
+                    query=query,
+                    body=body,
+                )
+            else:
+                done.rederive = self._output_rederive(
+                    script, context, instance, response, task_type
+                )
             return done
         except TaskFailure as failure:
             failure.task_key = key
             response_dict = failure.response.as_dict() if failure.response else None
             return outcome(TaskStatus.FAILED, response_dict, failure=failure)
+
+    def _rerun(self, reference: dict[str, Any], **arguments: Any) -> Rederive:
+        """The patch a pure task (script, condition) makes when it runs on other data."""
+        instance: InstanceSnapshot = arguments.pop("instance")
+
+        def rederive(data: dict[str, Any]) -> dict[str, Any]:
+            again = self._run_one(reference, instance=replace(instance, data=data), **arguments)
+            if again.failure is not None:
+                raise again.failure
+            return again.patch
+
+        return rederive
+
+    def _output_rederive(
+        self,
+        script: ScriptHandle | None,
+        context: ScriptObject,
+        instance: InstanceSnapshot,
+        response: StandardResponse,
+        task_type: str,
+    ) -> Rederive | None:
+        """The patch the output handler makes of the same answer on other data; None without
+        an output handler (the patch does not depend on the data then)."""
+        if script is None or not script.has("output_handler"):
+            return None
+
+        def rederive(data: dict[str, Any]) -> dict[str, Any]:
+            again = copy.copy(context)
+            again.instance = instance_view(replace(instance, data=data))
+            return self._output(script, again, response, task_type)
+
+        return rederive
 
     def _fan_out(
         self,
@@ -378,9 +444,9 @@ class TaskRunner:
             )
             return executor(call)
 
-        def context(body: Any) -> ScriptObject:
+        def context(body: Any, data: dict[str, Any] | None = None) -> ScriptObject:
             return script_context(
-                instance,
+                instance if data is None else replace(instance, data=data),
                 transition_key=transition_key,
                 body=body,
                 task_responses=task_responses,
@@ -422,6 +488,18 @@ class TaskRunner:
         if task_type == "7" and isinstance(response.data, dict):
             return response.data
         return {}
+
+
+def _rederive_outcome(outcome: TaskOutcome, data: dict[str, Any]) -> None:
+    # The outcome's patch made again on `data`; an output handler that now fails fails the task.
+    assert outcome.rederive is not None
+    try:
+        outcome.patch = outcome.rederive(data)
+    except TaskFailure as failure:
+        failure.task_key = outcome.key
+        outcome.patch, outcome.failure = {}, failure
+        outcome.row.status = TaskStatus.FAILED
+        outcome.row.error_code, outcome.row.error_message = failure.code, failure.message
 
 
 def _output_patch(returned: Any, error: ScriptError | None) -> dict[str, Any]:

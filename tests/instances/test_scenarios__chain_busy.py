@@ -202,7 +202,9 @@ def test_update_data_on_a_waiting_root_is_data_only_and_not_forwarded(root):
 
     assert answer["status"] == "B"
     top, middle, leaf = fresh(*chain(root_id))
-    assert (top.data["operatorNote"], top.data["rootUpdates"]) == ("hello", 1)
+    # Step 21: the payload as sent; the transition's own mapping (rootUpdates) does not run.
+    assert top.data["operatorNote"] == "hello"
+    assert "rootUpdates" not in top.data
     assert top.data["rootEntries"] == 1
     assert "operatorNote" not in leaf.data
     assert where(top, middle, leaf) == [
