@@ -113,6 +113,10 @@ class JobKind(TextChoices):
     NOTIFICATION = "notification", "State notification"
     # A notification task's message on one channel, after the hop that ran the task committed.
     TASK_NOTIFICATION = "task-notification", "Notification task"
+    # An event's receipt (its dedupe key), written with the work the event caused; never run.
+    EVENT_RECEIPT = "event", "Event receipt"
+    # An event whose instance was Busy: it waits for the instance, then admits its transition.
+    EVENT_TRANSITION = "event-transition", "Event transition"
 
 
 class TransitionStatus(TextChoices):
