@@ -7,34 +7,40 @@ event mapping runs in the script pool — `handler(context)` with the payload as
 `context.event_payload` (and `context.body`) — and answers the instance key and the body:
 `ScriptResponse(key=..., data=...)`, or a dict `{"key", "body"}`; instead of a key, `"filter"`
 selects instances with the list API's filter language. The work then goes through the job table
-(an accepted start, or an accepted transition per matched instance), so it runs at least once;
-an event id seen before for the same workflow and action is acknowledged and changes nothing
-(the receipt is a `Job` row of kind `event`, inserted with the work in one transaction).
+(an accepted start, or per matched instance an accepted transition, or, when the instance is
+Busy, an `event-transition` job that waits for it), so it runs at least once and no event is
+dropped. The receipt (a `Job` row of kind `event`, unique per event id, workflow and action) is
+inserted with that work in one transaction, so an event id seen before is acknowledged and
+changes nothing, and an event that matched nothing leaves no receipt and stays redeliverable.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.records import InstanceSnapshot
 from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
+from instances.field_encryption import open_request, protection_of, seal_request
 from instances.filters import parse_filter
 from instances.models import Instance, Job
+from instances.queue import job_enqueue
 from instances.services import (
     RequestInfo,
     instance_start_accept,
     instance_transition_accept,
     workflow_definition,
 )
-from instances.status import InstanceStatus, JobStatus, Trigger
+from instances.status import InstanceStatus, JobKind, JobStatus, Trigger
 from instances.wiring import engine
 
 _NO_INSTANCE = uuid.UUID(int=0)
@@ -137,47 +143,189 @@ def event_deliver(
             Codes.NOT_AN_EVENT_TRANSITION, f"workflow {workflow} takes no {what} event"
         )
     key, selector, data = _mapped(definition, mapping, delivery)
-    outcome = EventOutcome(delivery.event_id)
     receipt = f"event:{domain}:{workflow}:{action}:{transition_key or ''}:{delivery.event_id}"
     event_info = RequestInfo(actor=info.actor or "event", headers={}, query={})
+    with transaction.atomic():
+        # The receipt goes first: a concurrent delivery of the same id waits on its unique key
+        # until this transaction ends, then finds it (duplicate) or, if this one matched
+        # nothing and rolled back, does the work itself.
+        if not _receipt_taken(receipt, delivery, action, workflow):
+            return EventOutcome(delivery.event_id, duplicate=True)
+        outcome = EventOutcome(delivery.event_id)
+        if action == "start":
+            started = instance_start_accept(
+                domain=domain,
+                workflow=workflow,
+                body={"key": key, "attributes": data} if key else {"attributes": data},
+                info=event_info,
+            )
+            # An idempotent start (the key exists) answers with that instance: receipted too.
+            outcome.matched, outcome.instances = 1, [str(started.instance.id)]
+            return outcome
+        assert transition_key is not None
+        for instance_id, version in _selected(domain, workflow, key, selector):
+            accepted = _transition_accept(
+                domain=domain,
+                workflow=workflow,
+                version=version,
+                instance_id=instance_id,
+                transition_key=transition_key,
+                data=data,
+                event_id=delivery.event_id,
+                info=event_info,
+            )
+            if accepted:
+                outcome.matched += 1
+                outcome.instances.append(str(instance_id))
+        if not outcome.matched:
+            # Nothing took the event: no receipt either, so a redelivery is processed again.
+            transaction.set_rollback(True)
+    return outcome
+
+
+def _receipt_taken(receipt: str, delivery: Delivery, action: str, workflow: str) -> bool:
+    # False when another delivery of this event committed its receipt (with its work).
     try:
         with transaction.atomic():
             Job.objects.create(
-                kind="event",
+                kind=JobKind.EVENT_RECEIPT,
                 instance_id=None,
                 status=JobStatus.SUCCEEDED,
                 dedupe_key=hashlib.sha256(receipt.encode()).hexdigest(),
                 payload={"eventId": delivery.event_id, "action": action, "workflow": workflow},
             )
-            if action == "start":
-                started = instance_start_accept(
-                    domain=domain,
-                    workflow=workflow,
-                    body={"key": key, "attributes": data} if key else {"attributes": data},
-                    info=event_info,
-                )
-                outcome.matched, outcome.instances = 1, [str(started.instance.id)]
-                return outcome
-            assert transition_key is not None
-            for instance_id in _selected(domain, workflow, key, selector):
-                try:
-                    with transaction.atomic():
-                        instance_transition_accept(
-                            domain=domain,
-                            workflow=workflow,
-                            ref=str(instance_id),
-                            transition_key=transition_key,
-                            body={"attributes": data},
-                            info=event_info,
-                            trigger=Trigger.EVENT,
-                        )
-                except VNextError:
-                    continue  # not in a state that takes it, or busy: not matched
-                outcome.matched += 1
-                outcome.instances.append(str(instance_id))
     except IntegrityError:
-        return EventOutcome(delivery.event_id, duplicate=True)
-    return outcome
+        return False
+    return True
+
+
+def _transition_accept(
+    *,
+    domain: str,
+    workflow: str,
+    version: str,
+    instance_id: uuid.UUID,
+    transition_key: str,
+    data: dict[str, Any],
+    event_id: str,
+    info: RequestInfo,
+) -> bool:
+    """Accept the event transition on one instance: as a transition job when the instance takes
+    it now, as an `event-transition` job that waits when it is Busy in a state that takes it;
+    False (not matched) when its state does not take it, or it is faulted, suspended or done."""
+    try:
+        with transaction.atomic():
+            instance_transition_accept(
+                domain=domain,
+                workflow=workflow,
+                ref=str(instance_id),
+                transition_key=transition_key,
+                body={"attributes": data},
+                info=info,
+                trigger=Trigger.EVENT,
+            )
+        return True
+    except VNextError as refused:
+        if refused.code != Codes.INSTANCE_BUSY.code:
+            return False
+    payload: dict[str, Any] = {
+        "eventId": event_id,
+        "domain": domain,
+        "workflow": workflow,
+        "transition": transition_key,
+        "attributes": data,
+        "actor": info.actor,
+    }
+    pinned = engine().components.workflow(domain, workflow, version)
+    if pinned is not None and protection_of(pinned, engine().components) is not None:
+        payload = seal_request(payload, instance_id=instance_id)  # as transition jobs are
+    job_enqueue(kind=JobKind.EVENT_TRANSITION, instance_id=instance_id, payload=payload)
+    return True
+
+
+# --- the `event-transition` job: an event waiting for its Busy instance -----------------------
+
+# A waiting event looks again after a quarter of the time the instance has been Busy, within
+# these bounds (seconds): soon behind a short hop, rarely behind a long SubFlow wait.
+WAIT_MIN_SECONDS = 0.2
+WAIT_MAX_SECONDS = 30.0
+# Set in the job's payload, in the transaction that admitted its transition.
+_ADMITTED = "admitted"
+ADMITTED, WAITING, REFUSED, LOST = "admitted", "waiting", "refused", "lost"
+
+
+@dataclass(frozen=True)
+class EventAdmission:
+    """What an `event-transition` job's run did: `admitted` (the transition is accepted as a
+    transition job), `waiting` (the instance is still Busy: look again after `delay`),
+    `refused` (the instance no longer takes the event: `reason`) or `lost` (another claim of
+    the job holds it now)."""
+
+    outcome: str
+    reason: str = ""
+    delay: float = 0.0
+
+
+class _ClaimLost(Exception):
+    pass
+
+
+def event_transition_admit(job: Job) -> EventAdmission:
+    """Admit a waiting event's transition on its instance, as a client's async transition is
+    admitted (the same checks, the Busy compare-and-set, the transition job), and mark the job
+    admitted in the same transaction, fenced by its claim: a claim that finds the mark (its
+    worker died before recording the job) admits nothing twice."""
+    if event_job_admitted(job):
+        return EventAdmission(ADMITTED, "admitted by an earlier claim")
+    instance_id = job.instance_id
+    if instance_id is None:
+        return EventAdmission(REFUSED, "the job names no instance")
+    payload = open_request(job.payload, instance_id=instance_id)
+    try:
+        with transaction.atomic():
+            instance_transition_accept(
+                domain=str(payload["domain"]),
+                workflow=str(payload["workflow"]),
+                ref=str(instance_id),
+                transition_key=str(payload["transition"]),
+                body={"attributes": payload.get("attributes") or {}},
+                info=RequestInfo(actor=str(payload.get("actor") or "event"), headers={}, query={}),
+                trigger=Trigger.EVENT,
+            )
+            marked = Job.objects.filter(
+                pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner
+            ).update(payload={**job.payload, _ADMITTED: True}, updated_at=timezone.now())
+            if not marked:
+                raise _ClaimLost
+    except _ClaimLost:
+        return EventAdmission(LOST, "another claim holds this job now")
+    except VNextError as refused:
+        event = f"event {payload.get('eventId')!r}"
+        if refused.code == Codes.INSTANCE_BUSY.code:
+            return EventAdmission(
+                WAITING, f"{event} waits: {refused.detail}", _wait_seconds(instance_id)
+            )
+        found = Instance.objects.filter(pk=instance_id).values_list("status", "current_state")
+        status, state = found.first() or ("-", "-")
+        return EventAdmission(
+            REFUSED,
+            f"{event} no longer applies (instance status {status}, state {state!r}): "
+            f"{refused.code} {refused.detail}",
+        )
+    return EventAdmission(ADMITTED)
+
+
+def event_job_admitted(job: Job) -> bool:
+    """The `event-transition` job's transition was admitted (running it again changes nothing)."""
+    return bool((job.payload or {}).get(_ADMITTED))
+
+
+def _wait_seconds(instance_id: uuid.UUID) -> float:
+    since = Instance.objects.filter(pk=instance_id).values_list("busy_since", flat=True).first()
+    busy_for = (timezone.now() - since).total_seconds() if since else 0.0
+    # Jitter spreads the events waiting for one instance, so they do not all look at once.
+    wait = min(max(busy_for / 4, WAIT_MIN_SECONDS), WAIT_MAX_SECONDS)
+    return wait * random.uniform(1.0, 1.5)
 
 
 def _mapped(
@@ -221,16 +369,21 @@ def _mapped(
     )
 
 
-def _selected(domain: str, workflow: str, key: str | None, selector: str | None) -> list[Any]:
-    # The live instances an event transition goes to: the one with `key`, or the filter's.
+def _selected(
+    domain: str, workflow: str, key: str | None, selector: str | None
+) -> list[tuple[uuid.UUID, str]]:
+    # The live instances an event transition goes to, with their pinned versions: the one with
+    # `key`, or the filter's.
     live = Instance.objects.filter(domain=domain, workflow_key=workflow).exclude(
         status=InstanceStatus.COMPLETED
     )
     if key:
-        return list(live.filter(key=key).values_list("id", flat=True)[:1])
+        return list(live.filter(key=key).values_list("id", "workflow_version")[:1])
     if selector:
         found = list(
-            live.filter(parse_filter(selector)).values_list("id", flat=True)[: MAX_MATCHED + 1]
+            live.filter(parse_filter(selector)).values_list("id", "workflow_version")[
+                : MAX_MATCHED + 1
+            ]
         )
         if len(found) > MAX_MATCHED:
             raise VNextError(

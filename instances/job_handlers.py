@@ -51,6 +51,9 @@ from instances.engine.telemetry import (
     bound,
     span,
 )
+from instances.events import REFUSED as EVENT_REFUSED
+from instances.events import WAITING as EVENT_WAITING
+from instances.events import event_job_admitted, event_transition_admit
 from instances.field_encryption import open_request
 from instances.models import Correlation, InstanceTransition, Job
 from instances.notifications import Notification
@@ -959,6 +962,17 @@ def _handle_task_notification(job: Job) -> None:
     )
 
 
+def _handle_event_transition(job: Job) -> None:
+    """An event whose instance was Busy when it came (`instances.events`): its transition is
+    admitted once the instance is free (the wait spends no attempt), or the job ends `skipped`
+    when the instance no longer takes it (another state, faulted, suspended, finished)."""
+    admission = event_transition_admit(job)
+    if admission.outcome == EVENT_WAITING:
+        raise RetryLater(admission.reason, admission.delay, free=True)
+    if admission.outcome == EVENT_REFUSED:
+        raise JobSkipped(admission.reason)
+
+
 HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.TRANSITION: _handle_transition,
     JobKind.UPDATE_DATA: _handle_update_data,
@@ -970,6 +984,7 @@ HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.NOTIFICATION: _handle_notification,
     JobKind.TASK_NOTIFICATION: _handle_task_notification,
     JobKind.AUTOMATIC: _handle_automatic,
+    JobKind.EVENT_TRANSITION: _handle_event_transition,
 }
 
 
@@ -1036,6 +1051,8 @@ def _replay_refusal(job: Job, force: bool) -> str:
 def _replay_without_effect(job: Job) -> str:
     if job.status == JobStatus.SUCCEEDED and job.kind == JobKind.TRANSITION:
         return "its transition was applied; replaying it would change nothing"
+    if job.kind == JobKind.EVENT_TRANSITION and event_job_admitted(job):
+        return "its event was admitted as a transition already; replaying it would change nothing"
     instance = _store.load(job.instance_id) if job.instance_id else None
     if instance is None:
         return "its instance no longer exists"

@@ -119,6 +119,10 @@ class JobKind(TextChoices):
     # A state's automatic transitions evaluated again once the instance is free: an updateData
     # that committed while another run held the instance made one of their rules hold.
     AUTOMATIC = "automatic", "Automatic transitions"
+    # An event's receipt (its dedupe key), written with the work the event caused; never run.
+    EVENT_RECEIPT = "event", "Event receipt"
+    # An event whose instance was Busy: it waits for the instance, then admits its transition.
+    EVENT_TRANSITION = "event-transition", "Event transition"
 
 
 class TransitionStatus(TextChoices):
