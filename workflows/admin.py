@@ -26,7 +26,7 @@ from instances.wiring import engine
 from workflows.diagram import graphviz_available, render
 from workflows.documents import ComponentKind, ComponentRef
 from workflows.models import Component, DomainReach, WorkflowGrant
-from workflows.validation.scripts import iter_script_sites
+from workflows.validation.scripts import is_platform_mapping, iter_script_sites
 
 _CODE = HtmlFormatter(linenos="table", cssclass="vnext-code", wrapcode=True)
 # The page's one style block: highlighted code, the document wrapped, the diagram scaled.
@@ -167,6 +167,8 @@ class ComponentAdmin(admin.ModelAdmin):
         """Every script of the component, highlighted with line numbers, under its pointer."""
         blocks = []
         for site in iter_script_sites(component.document, component.kind):
+            if is_platform_mapping(site):
+                continue  # `{"type": "G"}`: no mapping, nothing to show
             try:
                 source = script_text(site.node, _no_registry)
             except ScriptTextMissing as missing:

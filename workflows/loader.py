@@ -78,13 +78,14 @@ def script_file_for(location: str, base_dir: Path, root: Path | None = None) -> 
 
 
 def embed_script(node: dict[str, Any], base_dir: Path, root: Path | None = None) -> None:
-    """Embed the script file a script object's `location` names, as plain text (`NAT`)."""
+    """Embed the script file a script object's `location` names, as plain text (`NAT`), whether
+    or not the object has a `code` key."""
     location = node.get("location")
     if not isinstance(location, str) or not location or node.get("encoding") == "REF":
         return
     script_file = script_file_for(location, base_dir, root)
     if script_file is None:
-        return  # an embedded `code` stays; an empty one is reported as "script missing"
+        return  # an embedded `code` stays; a missing or empty one is refused, "script missing"
     node["code"] = script_file.read_text(encoding="utf-8")
     node["encoding"] = "NAT"
     if location.endswith(".csx"):

@@ -1,8 +1,9 @@
 """`timer.reset` of the workflow timeout: the vocabulary (case-insensitive, the documents'
-"never" spellings and the two re-arming strategies), and, through the pipeline on the in-memory
-store with a clock of its own, when the one timeout job is moved to a new deadline: after every
-transition (`transition`), on entering another state (`state-change`), never (`None`); never by
-updateData, and a final state cancels it instead."""
+"from the start" spellings, `OnEntry` of the vNext sample among them, and the two re-arming
+strategies), and, through the pipeline on the in-memory store with a clock of its own, when the
+one timeout job is moved to a new deadline: after every transition (`transition`), on entering
+another state (`state-change`), never (`None`, `OnEntry`: vNext arms the deadline once, at the
+instance's start); never by updateData, and a final state cancels it instead."""
 
 from __future__ import annotations
 
@@ -27,12 +28,17 @@ HOUR = timedelta(hours=1)
         ("NEVER", TimerReset.NEVER),
         ("false", TimerReset.NEVER),
         ("workflow-start", TimerReset.NEVER),
+        ("OnEntry", TimerReset.NEVER),
+        ("on-entry", TimerReset.NEVER),
+        ("ON_ENTRY", TimerReset.NEVER),
         ("", TimerReset.NEVER),
         ("transition", TimerReset.TRANSITION),
         ("On-Transition", TimerReset.TRANSITION),
         ("state-change", TimerReset.STATE_CHANGE),
         ("StateChange", TimerReset.STATE_CHANGE),
         ("on_state_change", TimerReset.STATE_CHANGE),
+        ("OnExit", None),
+        ("entry", None),
         ("always", None),
         ("true", None),
         ("daily", None),
@@ -115,14 +121,18 @@ def test_state_change_re_arms_only_when_another_state_is_entered():
     assert timeout_jobs(h) == [(entered_b + HOUR, "pending")]
 
 
-def test_never_keeps_the_deadline_from_the_start():
-    h, clock = harness("None")
+@pytest.mark.parametrize("reset", ["None", "OnEntry"])
+def test_never_and_on_entry_keep_the_deadline_from_the_start(reset):
+    h, clock = harness(reset)
     instance_id = started(h)
 
     clock.now = T0 + timedelta(minutes=30)
     h.fire(instance_id, "to-b")
+    clock.now += timedelta(minutes=10)
+    h.fire(instance_id, "stay")  # re-entering b runs its onEntries and moves nothing either
     h.fire(instance_id, "to-c")
 
+    assert h.load(instance_id).current_state == "c"
     assert timeout_jobs(h) == [(T0 + HOUR, "pending")]
 
 

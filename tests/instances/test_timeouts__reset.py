@@ -1,9 +1,12 @@
 """`timer.reset` of the workflow timeout on PostgreSQL, through the HTTP API: with `transition`
 a transition moves the one pending timeout job to a new deadline in the transaction that commits
 it (the state function shows it), so the timeout fires later, and once; `None` keeps the deadline
-from the start; an unknown strategy is refused at publish. Then the race the re-arming must
-survive: a worker claiming the due timeout job while a transition commits, with exactly one of
-the two taking effect."""
+from the start; an unknown strategy is refused at publish. A SubFlow state's
+`overrides.timeout` with `reset: "OnEntry"` (the vNext sample's spelling) publishes, replaces the
+child's own re-arming timeout, and times the child out a full duration after the parent entered
+the SubFlow state, whatever the child did meanwhile; the parent then resumes. Then the race the
+re-arming must survive: a worker claiming the due timeout job while a transition commits, with
+exactly one of the two taking effect."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from instances.job_handlers import jobs_run_due
 from instances.models import Instance, Job
 from instances.queue import job_claim
 from instances.status import JobStatus
-from tests.engine.builders import state, transition, workflow
+from tests.engine.builders import script, state, transition, workflow
 from tests.instances.scenario_api import at, make_due
 from tests.instances.workflows import publish
 
@@ -125,6 +128,114 @@ def test_an_unknown_reset_strategy_is_refused_at_publish(operator_client):
     ((error),) = response.json()["errors"]
     assert error["pointer"] == "/attributes/timeout/timer/reset"
     assert error["message"].startswith("unknown timer reset 'always': use None")
+    assert error["message"].endswith(
+        "(vNext reads no timer.reset and would keep an absolute deadline from the start)"
+    )
+
+
+# --- a SubFlow state's timeout override, reset OnEntry -------------------------------------------
+
+SEGMENT_CHILD = "/api/v1/core/workflows/segment-child/instances"
+
+
+def segment_child() -> dict[str, Any]:
+    """The idle-timeout steps as a SubFlow, with a timeout of its own re-armed by every
+    transition (which the parent's override replaces)."""
+    document = idle_timeout("transition")
+    document["key"] = "segment-child"
+    document["attributes"]["type"] = "S"
+    states = document["attributes"]["states"]
+    states[1]["transitions"].append(transition("stay", "$self"))
+    states[2]["transitions"] = [transition("finish", "done")]
+    states.append(state("done", 3, subType=1))
+    return document
+
+
+def segment_parent() -> dict[str, Any]:
+    """intake -auto-> delegate (starts segment-child, its timeout overridden: an hour from entry,
+    reset OnEntry) -auto-> closed."""
+    return workflow(
+        [
+            state("intake", 1, [transition("delegate-now", "delegate", 1, triggerKind=10)]),
+            state(
+                "delegate",
+                4,
+                [transition("wrap-up", "closed", 1, triggerKind=10)],
+                subFlow={
+                    "type": "S",
+                    "process": {
+                        "key": "segment-child",
+                        "domain": "core",
+                        "version": "1.0.0",
+                        "flow": "sys-flows",
+                    },
+                    "mapping": script("def input_handler(context):\n    return {}\n"),
+                    "overrides": {
+                        "timeout": {
+                            "key": "segment-expired",
+                            "target": "late",
+                            "versionStrategy": "None",
+                            "timer": {"reset": "OnEntry", "duration": "PT1H"},
+                        }
+                    },
+                },
+            ),
+            state("closed", 3, subType=1),
+        ],
+        key="segment-parent",
+    )
+
+
+@pytest.mark.django_db
+def test_an_on_entry_timeout_override_times_the_child_out_an_hour_after_the_parent_entered(
+    operator_client,
+):
+    publish(segment_child())
+    published = operator_client.post("/api/v1/definitions/publish", segment_parent(), format="json")
+    assert published.status_code == 200, published.json()
+    assert published.json()["status"] == "published"
+
+    entered = timezone.now()
+    response = operator_client.post(
+        "/api/v1/core/workflows/segment-parent/instances/start?sync=true", {}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    parent_id = str(response.json()["id"])
+    started = timezone.now()
+    child = Instance.objects.get(parent_correlation__parent__pk=parent_id)
+    child_id = str(child.pk)
+    assert (child.current_state, Instance.objects.get(pk=parent_id).current_state) == (
+        "a",
+        "delegate",
+    )
+    armed = the_timeout_job(child_id)
+    assert armed.payload["transition"] == "segment-expired"
+    assert entered + HOUR <= armed.run_at <= started + HOUR
+
+    # Transitions, a `$self` one included, move nothing: the child's own `transition` reset is
+    # replaced with the override's OnEntry.
+    for key in ("to-b", "stay", "to-c"):
+        moved = operator_client.patch(
+            f"{SEGMENT_CHILD}/{child_id}/transitions/{key}?sync=true", {}, format="json"
+        )
+        assert moved.status_code == 200, moved.json()
+    job = the_timeout_job(child_id)
+    assert (job.pk, job.status, job.run_at) == (armed.pk, JobStatus.PENDING, armed.run_at)
+
+    make_due(job)
+    for _ in range(3):  # the timeout, then the parent's resume it queues
+        jobs_run_due()
+
+    child = Instance.objects.get(pk=child_id)
+    assert (child.status, child.current_state, child.effective_state_subtype) == (
+        "C",
+        "late",
+        "timeout",
+    )
+    assert child.transitions.filter(transition_key="segment-expired").count() == 1
+    assert the_timeout_job(child_id).status == JobStatus.SUCCEEDED
+    parent = Instance.objects.get(pk=parent_id)
+    assert (parent.status, parent.current_state) == ("C", "closed")
 
 
 # --- the race ---------------------------------------------------------------------------------

@@ -76,7 +76,10 @@ def test_missing_script_message_names_the_csx_file(corpus_resolver, corpus_doc):
     document = corpus_doc("Workflows/schedule-after-auto/schedule-after-auto.json")
     violations = validate_component(document, corpus_resolver)
     rule = [v for v in violations if v.pointer == "/attributes/states/0/transitions/0/rule/code"]
-    assert [v.message for v in rule] == ["script missing (./src/AutoGateRule.csx has no code)"]
+    assert [v.message for v in rule] == [
+        "script missing (./src/AutoGateRule.csx has no code): give `code`, or import the folder "
+        "with `manage.py import_components`, which reads ./src/AutoGateRule.py beside the JSON file"
+    ]
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)

@@ -1,9 +1,10 @@
 """Publish checks of timeouts (`workflows/validation/timeouts.py`): `errorBoundary.onTimeout`
 policies at every level are accepted when well formed and refused, at the exact pointer, when a
 field would be ignored or missing (`retryPolicy` instead of `defaultRetryPolicy`, a Retry without
-one, a Rollback going nowhere); `timer.reset` accepts the documents' spellings and the two
-re-arming strategies in any case, and refuses anything else on the workflow timeout and on a
-SubFlow state's override of its child's timeout."""
+one, a Rollback going nowhere); `timer.reset` accepts the documents' spellings (`OnEntry` of the
+vNext sample included) and the two re-arming strategies in any case, on the workflow timeout and
+on a SubFlow state's override of its child's timeout, and refuses anything else there with a
+message saying what vNext would do."""
 
 from __future__ import annotations
 
@@ -172,6 +173,9 @@ def test_the_same_checks_apply_at_the_state_and_workflow_levels():
         "false",
         "",
         "workflow-start",
+        "OnEntry",
+        "on-entry",
+        "ONENTRY",
         "transition",
         "State-Change",
         "ONSTATECHANGE",
@@ -181,6 +185,7 @@ def test_known_reset_values_are_accepted_in_any_case(reset):
     document = base()
     document["attributes"]["timeout"]["timer"]["reset"] = reset
     assert validate(document) == []
+    assert validate(subflow_with_timeout(reset)) == []
 
 
 def subflow_with_timeout(reset: str) -> dict[str, Any]:
@@ -198,17 +203,18 @@ def subflow_with_timeout(reset: str) -> dict[str, Any]:
     return document
 
 
-@pytest.mark.parametrize("reset", ["always", "true", "daily"])
+@pytest.mark.parametrize("reset", ["always", "true", "daily", "OnExit", "entry"])
 def test_an_unknown_reset_is_refused_on_the_timeout_and_on_a_subflow_override(reset):
     document = base()
     document["attributes"]["timeout"]["timer"]["reset"] = reset
     ((pointer, message),) = validate(document)
     assert pointer == "/attributes/timeout/timer/reset"
     assert message == (
-        f"unknown timer reset {reset!r}: use None (also N, never, false, workflow-start: an "
-        "absolute deadline from the start), transition (re-armed after every transition) or "
-        "state-change (re-armed when the instance enters another state)"
+        f"unknown timer reset {reset!r}: use None (also N, never, false, workflow-start, "
+        "OnEntry: an absolute deadline from the instance's start), transition (re-armed after "
+        "every transition) or state-change (re-armed when the instance enters another state) "
+        "(vNext reads no timer.reset and would keep an absolute deadline from the start)"
     )
-    assert validate(subflow_with_timeout("transition")) == []
-    ((pointer, _),) = validate(subflow_with_timeout(reset))
+    ((pointer, override_message),) = validate(subflow_with_timeout(reset))
     assert pointer == "/attributes/states/1/subFlow/overrides/timeout/timer/reset"
+    assert override_message == message

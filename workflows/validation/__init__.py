@@ -8,7 +8,7 @@ from typing import Any
 
 from instances.engine.errors import Violation
 from workflows.documents import detect_kind
-from workflows.validation.scripts import Resolver, script_violations
+from workflows.validation.scripts import SCRIPT_MISSING, Resolver, script_violations
 from workflows.validation.semantic import semantic_violations
 from workflows.validation.structural import structural_violations
 from workflows.validation.triggers import trigger_violations
@@ -17,7 +17,7 @@ from workflows.validation.triggers import trigger_violations
 def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
     """Every violation of a component document at once: structural, semantic, script and
     trigger-target checks. A semantic finding replaces a structural one at the same pointer (it
-    says more)."""
+    says more), but for "script missing"."""
     kind = detect_kind(document)
     if kind is None:
         return [
@@ -31,7 +31,8 @@ def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
     specific = semantic_violations(document, kind, resolver)
     specific += script_violations(document, kind, resolver)
     specific += trigger_violations(document, kind, resolver)
-    pointers = {violation.pointer for violation in specific}
+    # "script missing" says nothing of the object's shape: what the schema says of it stays.
+    pointers = {v.pointer for v in specific if not v.message.startswith(SCRIPT_MISSING)}
     merged = [v for v in structural if v.pointer not in pointers] + specific
     unique = dict.fromkeys(merged)
     return sorted(unique, key=lambda violation: violation.pointer)

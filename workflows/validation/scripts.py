@@ -30,6 +30,7 @@ from instances.engine.scripts import (
 )
 from instances.engine.task_types.notification import NOTIFICATION_TYPE, notification_channels
 from workflows.documents import ComponentKind, ComponentRef, json_pointer
+from workflows.validation.structural import script_object_paths
 
 TASK_LIST_KEYS = frozenset({"onExecutionTasks", "onEntries", "onExits"})
 
@@ -73,22 +74,14 @@ class ScriptSite:
 
 
 def iter_script_sites(document: Any, kind: str) -> Iterator[ScriptSite]:
-    """Every script object in `document`: a dict with `code` plus `location` or `encoding`."""
+    """Every script object in `document`: each object where the vNext schema puts one (a rule,
+    a mapping, a timer, a lock key, ...), with or without `code`, and each object shaped like
+    one (`code` with `location` or `encoding`) where the schema leaves the place open. A
+    schema component's body is a JSON Schema: it holds none."""
     if kind == ComponentKind.SCHEMA:
         return
-
-    def walk(node: Any, path: tuple[Any, ...]) -> Iterator[ScriptSite]:
-        if isinstance(node, dict):
-            if "code" in node and ("location" in node or "encoding" in node):
-                yield ScriptSite(path, node)
-                return
-            for key, value in node.items():
-                yield from walk(value, (*path, key))
-        elif isinstance(node, list):
-            for index, value in enumerate(node):
-                yield from walk(value, (*path, index))
-
-    yield from walk(document, ())
+    for path, node in script_object_paths(document, kind):
+        yield ScriptSite(path, node)
 
 
 def workflow_allowed_modules(document: Any) -> tuple[set[str], list[Violation]]:
@@ -110,9 +103,50 @@ def workflow_allowed_modules(document: Any) -> tuple[set[str], list[Violation]]:
     return allowed, violations
 
 
+SCRIPT_MISSING = "script missing"
+
+# Where a script is an optional mapping: with none, the engine runs the default (a task with its
+# own config, the payload merged as sent, ...). The older docs' `{"type": "G"}`, with neither
+# code nor location, is that "none". A rule, timer or key expression is never optional.
+MAPPING_SITES = frozenset({"mapping", "output", "sourceMapping"})
+
+
+def _python_twin(location: str) -> str:
+    # What import_components reads for a location (workflows/loader.py: script_file_for).
+    return location[: -len(".csx")] + ".py" if location.endswith(".csx") else location
+
+
+def missing_script_message(site: ScriptSite) -> str:
+    """Why a site without code is refused, and what to do about it."""
+    location = site.node.get("location")
+    if isinstance(location, str) and location:
+        return (
+            f"{SCRIPT_MISSING} ({location} has no code): give `code`, or import the folder with "
+            f"`manage.py import_components`, which reads {_python_twin(location)} beside the "
+            "JSON file"
+        )
+    return f"{SCRIPT_MISSING}: give `code` (with `encoding` NAT, B64 or REF)"
+
+
+def is_platform_mapping(site: ScriptSite) -> bool:
+    """A mapping site written `{"type": "G"}` (no code, no location): the engine runs the
+    default a missing mapping means."""
+    node = site.node
+    return (
+        bool(site.path)
+        and site.path[-1] in MAPPING_SITES
+        and node.get("type") == "G"
+        and not node.get("code")
+        and not node.get("location")
+    )
+
+
 def site_source(site: ScriptSite, resolver: Resolver) -> tuple[str | None, Violation | None]:
-    """The script text of a site (REF resolved through the registry), or the reason it has none."""
-    code = site.node.get("code")
+    """The script text of a site (REF resolved through the registry), or the reason it has none:
+    a site without `code` at the site's pointer, an empty or unusable `code` at the code's."""
+    if "code" not in site.node:
+        return None, Violation(site.pointer, missing_script_message(site))
+    code = site.node["code"]
     if not isinstance(code, str | dict):
         return None, None  # a wrong type is a structural violation, reported there
 
@@ -123,7 +157,10 @@ def site_source(site: ScriptSite, resolver: Resolver) -> tuple[str | None, Viola
     try:
         return script_text(site.node, mapping), None
     except ScriptTextMissing as exc:
-        return None, Violation(json_pointer(*site.path, "code"), str(exc))
+        message = str(exc)
+        if message.startswith(SCRIPT_MISSING) and str(site.node.get("encoding")) != "REF":
+            message = missing_script_message(site)
+        return None, Violation(json_pointer(*site.path, "code"), message)
 
 
 def _expected_handlers(site: ScriptSite, resolver: Resolver, document: Any) -> tuple[str, ...]:
@@ -330,8 +367,8 @@ def script_violations(
             site.node, site.path, resolver, workflow_helpers, violations
         )
         violations += _helper_import_violations(own, site_allowed, site_helpers)
-        if site.node.get("type") == "G" and not site.node.get("code"):
-            continue  # a global script is resolved by name at run time
+        if is_platform_mapping(site):
+            continue
         source, problem = site_source(site, resolver)
         if problem:
             violations.append(problem)

@@ -268,13 +268,14 @@ def _trigger_violations(
     if (
         trigger == AUTOMATIC
         and transition.get("triggerKind") != DEFAULT_AUTO
-        and not transition.get("rule")
+        and transition.get("rule") is None
     ):
         yield Violation(
             json_pointer(*path, "rule"),
             "an automatic transition (triggerType 1) needs a rule unless triggerKind is 10",
         )
-    if trigger == SCHEDULED and not transition.get("timer"):
+    # A rule or timer object without code (`{}` too) is the script check's "script missing".
+    if trigger == SCHEDULED and transition.get("timer") is None:
         yield Violation(
             json_pointer(*path, "timer"), "a scheduled transition (triggerType 2) needs a timer"
         )

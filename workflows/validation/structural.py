@@ -1,7 +1,9 @@
 """Structural validation against the vendored vNext JSON Schemas, with this platform's extensions.
 
 The vendored files stay as upstream ships them; `_extend` adds, in memory, what the Python runtime
-accepts beyond them: task type 21 (Fan-Out), `.py` script locations and `scripts.allowedModules`.
+accepts beyond them: task type 21 (Fan-Out), `.py` script locations, `scripts.allowedModules`,
+`executionType`, and a start transition without `triggerType` (manual, the only trigger it
+takes, as the vNext runtime publishes it).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -174,6 +177,11 @@ def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
         # overrides the request's `?sync`, the transition's first.
         schema["properties"]["attributes"]["properties"]["executionType"] = EXECUTION_TYPE
         definitions = schema.get("definitions") or {}
+        # The vNext runtime publishes a start transition without `triggerType`, and authors'
+        # files leave it out: it can only be manual (`const: 0`), so an absent one is manual
+        # (the engine reads an absent triggerType as 0).
+        start = definitions.get("startTransition") or {}
+        start["required"] = [name for name in start.get("required", []) if name != "triggerType"]
         for name in _TRANSITION_DEFINITIONS:
             node = definitions.get(name) or {}
             for part in [node, *node.get("allOf", [])]:
@@ -308,8 +316,10 @@ def plain_message(error: ValidationError) -> str:
 
 
 def _is_missing_script(error: ValidationError) -> bool:
-    # An empty `code` is reported once, as "script missing", by the script checks.
+    # An empty or absent `code` is reported once, as "script missing", by the script checks.
     leaf = best_match([error])
+    if leaf.validator == "required":
+        return leaf.message == "'code' is a required property"
     return leaf.instance == "" and bool(leaf.absolute_path) and leaf.absolute_path[-1] == "code"
 
 
@@ -322,3 +332,118 @@ def structural_violations(document: Any, kind: str) -> list[Violation]:
         violation = _violation(error)
         seen.setdefault(f"{violation.pointer}\0{violation.message}", violation)
     return sorted(seen.values(), key=lambda violation: violation.pointer)
+
+
+# --- where the schema puts script objects ----------------------------------------------------
+
+_BRANCHES = ("allOf", "anyOf", "oneOf")
+
+
+def _is_script_schema(node: dict[str, Any]) -> bool:
+    # vNext's script object (`scriptCode`, an extension's or function's `mapping`, a
+    # `scriptExpression`, a mapping component's attributes): `code` with `location`/`encoding`.
+    properties = node.get("properties")
+    return (
+        isinstance(properties, dict)
+        and "code" in properties
+        and ("location" in properties or "encoding" in properties)
+    )
+
+
+class _SchemaPositions:
+    """Follows a document through one kind's schema, every branch at once (an `if`'s `then`
+    and `else` alike), to tell which of its objects the schema takes for a script object."""
+
+    def __init__(self, root: dict[str, Any]) -> None:
+        self.root = root
+        self._flat: dict[int, tuple[dict[str, Any], ...]] = {}
+
+    def _resolve(self, ref: str) -> Any:
+        node: Any = self.root
+        for part in ref.removeprefix("#").strip("/").split("/"):
+            if not part:
+                continue
+            part = part.replace("~1", "/").replace("~0", "~")
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    def flat(self, schema: Any) -> tuple[dict[str, Any], ...]:
+        """`schema` with every `$ref` and branch it may apply through, as a flat tuple."""
+        if not isinstance(schema, dict):
+            return ()
+        memo = self._flat.get(id(schema))
+        if memo is not None:
+            return memo
+        found: dict[int, dict[str, Any]] = {}
+        pending: list[Any] = [schema]
+        while pending:
+            node = pending.pop()
+            if not isinstance(node, dict) or id(node) in found:
+                continue
+            found[id(node)] = node
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#"):
+                pending.append(self._resolve(ref))
+            for key in _BRANCHES:
+                branches = node.get(key)
+                pending.extend(branches if isinstance(branches, list) else [])
+            pending.extend([node.get("then"), node.get("else")])
+        self._flat[id(schema)] = flat = tuple(found.values())
+        return flat
+
+    def child(self, schemas: tuple[dict[str, Any], ...], name: Any) -> tuple[dict[str, Any], ...]:
+        """The schemas that may apply to member `name` (a key, or a list index)."""
+        found: list[dict[str, Any]] = []
+        for node in schemas:
+            if isinstance(name, int):
+                items = node.get("items")
+                if isinstance(items, list):
+                    items = items[name] if name < len(items) else node.get("additionalItems")
+                found.extend(self.flat(items))
+                continue
+            properties = node.get("properties")
+            if isinstance(properties, dict) and name in properties:
+                found.extend(self.flat(properties[name]))
+                continue
+            patterns = node.get("patternProperties")
+            matched = [sub for pattern, sub in (patterns or {}).items() if re.search(pattern, name)]
+            for sub in matched:
+                found.extend(self.flat(sub))
+            if not matched:
+                found.extend(self.flat(node.get("additionalProperties")))
+        return _unique(found)
+
+
+def _unique(nodes: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    return tuple({id(node): node for node in nodes}.values())
+
+
+@cache
+def _positions(kind: str) -> _SchemaPositions:
+    return _SchemaPositions(schema_for(kind))
+
+
+def script_object_paths(
+    document: Any, kind: str
+) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Every script object of `document` with its path: each object at a place where the schema
+    of `kind` puts one, whatever keys it has (one that lacks `code` is found too), and, where
+    the schema leaves a place open, each object shaped like one (`code` with `location` or
+    `encoding`)."""
+    positions = _positions(kind)
+
+    def walk(
+        node: Any, path: tuple[Any, ...], schemas: tuple[dict[str, Any], ...]
+    ) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+        if isinstance(node, dict):
+            shaped = "code" in node and ("location" in node or "encoding" in node)
+            if shaped or any(_is_script_schema(schema) for schema in schemas):
+                yield path, node
+                return
+            for key, value in node.items():
+                yield from walk(value, (*path, key), positions.child(schemas, key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from walk(value, (*path, index), positions.child(schemas, index))
+
+    yield from walk(document, (), positions.flat(positions.root))

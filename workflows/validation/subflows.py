@@ -3,8 +3,13 @@ vnext-schema `subFlowOverrides`): every key names something the child workflow v
 
 - `viewOverrides` / `overrides.views`: a view key one of the child's states or transitions
   shows (plain view, a rule's or the default's);
-- `overrides.transitions`: a manual transition of the child (start excluded): roles are checked
-  only where a caller fires a transition, so an override of any other would never apply;
+- `overrides.transitions`: a transition of the child other than its start: a state's (any
+  trigger type), a shared one, cancel, exit or updateData. As in vNext, whose `authorize`
+  reads a stamped override for every transition the child's state offers, an automatic,
+  scheduled or event transition's override decides what `authorize?transitionKey=` answers for
+  it while the engine still fires it whatever the roles; a manual one's also gates firing and
+  the offered transitions. The start is refused: the SubFlow state runs it, no state offers it,
+  so its override would never be read;
 - `overrides.states`: a state of the child;
 - `overrides.timeout.target`: a state of the child (the timeout runs in the child).
 
@@ -20,7 +25,7 @@ from instances.engine.errors import Violation
 from workflows.documents import ComponentKind, ComponentRef, json_pointer
 from workflows.validation.scripts import Resolver
 
-SUBFLOW, MANUAL = 4, 0
+SUBFLOW = 4
 Path = tuple[Any, ...]
 
 
@@ -76,9 +81,7 @@ def _child_violations(
     subflow: dict[str, Any], base: Path, child: dict[str, Any], name: str
 ) -> Iterator[Violation]:
     states = {s.get("key") for s in _dicts(child.get("states"))}
-    manual = {
-        t.get("key") for t in _client_transitions(child) if t.get("triggerType", MANUAL) == MANUAL
-    }
+    overridable = {t.get("key") for t in _client_transitions(child)}
     start = _object(child.get("startTransition")).get("key")
     views = _view_keys(child)
     overrides = _object(subflow.get("overrides"))
@@ -94,17 +97,17 @@ def _child_violations(
                     "and transitions name)",
                 )
     for key in _object(overrides.get("transitions")):
-        if key in manual:
+        if key in overridable:
             continue
         reason = (
-            "is its start transition, which this SubFlow state runs (no caller's roles apply)"
-            if key == start and key not in manual
-            else "is not a manual transition of it: roles apply only where a caller fires one"
+            f"{key!r} is the start transition of the child workflow {name}: this SubFlow state "
+            "runs it and no state offers it, so no caller's roles and no authorize question "
+            "ever read its override (vNext checks no roles when a SubFlow state starts its child)"
+            if key == start
+            else f"the child workflow {name} has no transition {key!r} (vNext would keep the "
+            "override and it would never apply)"
         )
-        yield Violation(
-            json_pointer(*base, "overrides", "transitions", key),
-            f"{key!r} {reason} (child workflow {name})",
-        )
+        yield Violation(json_pointer(*base, "overrides", "transitions", key), reason)
     for key in _object(overrides.get("states")):
         if key not in states:
             yield Violation(

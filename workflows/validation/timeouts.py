@@ -2,7 +2,9 @@
 workflow timeout and error boundary structures):
 
 - `timer.reset` of the workflow timeout and of a SubFlow state's `overrides.timeout` names a
-  strategy the runtime knows (`instances.engine.timeouts`), case-insensitively;
+  strategy the runtime knows (`instances.engine.timeouts`), case-insensitively: the documents'
+  values (`None`, `workflow-start`, `OnEntry`, ...) and this runtime's two re-arming ones; the
+  message of any other says what vNext would do with it;
 - every `errorBoundary.onTimeout` policy (workflow, state, task reference) has a valid action
   and only the fields it executes (`action`, `defaultRetryPolicy`, `transition`): Retry needs
   `defaultRetryPolicy` and nothing else has one; Rollback and Notify name a transition of the
@@ -18,7 +20,7 @@ from typing import Any
 
 from instances.engine.boundaries import BoundaryAction, iso_duration, parse_action
 from instances.engine.errors import Violation
-from instances.engine.timeouts import ACCEPTED, parse_reset
+from instances.engine.timeouts import ACCEPTED, VNEXT_READING, parse_reset
 from workflows.documents import json_pointer
 
 Path = tuple[Any, ...]
@@ -62,7 +64,7 @@ def _reset_violations(attributes: dict[str, Any]) -> Iterator[Violation]:
         if isinstance(reset, str) and parse_reset(reset) is None:
             yield Violation(
                 json_pointer(*path, "timer", "reset"),
-                f"unknown timer reset {reset!r}: use {ACCEPTED}",
+                f"unknown timer reset {reset!r}: use {ACCEPTED} ({VNEXT_READING})",
             )
 
 
