@@ -60,6 +60,7 @@ from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
 from instances.orm_store import FaultToRetry, OrmStore, stored_data
 from instances.queue import (
+    LaneTimeout,
     backoff,
     job_claim,
     job_complete,
@@ -67,10 +68,9 @@ from instances.queue import (
     jobs_dispatch,
     jobs_due,
     jobs_fail_expired_leases,
-    lane_blocker,
     lane_dispatch_next,
-    lane_extend,
-    lane_release,
+    lane_held,
+    lane_take,
     max_attempts,
 )
 from instances.selectors import state_function, with_state_etag
@@ -87,8 +87,6 @@ from instances.services import (
     is_update_data,
     long_poll_continue_request,
     retry_request,
-    update_data_accept,
-    update_data_run,
 )
 from instances.status import (
     CorrelationStatus,
@@ -184,13 +182,21 @@ TIMED_KINDS = frozenset({JobKind.TIMER, JobKind.TIMEOUT})
 
 
 def _job_execute(job: Job, *, record_success: bool) -> str:
-    if job.kind != JobKind.UPDATE_DATA:
+    if job.kind != JobKind.UPDATE_DATA or job.instance_id is None:
         return _job_outcome(job, record_success=record_success)
+    # A write-lane ticket applies its update, and records how it ended, inside the lane: one
+    # transaction with the update, so the update and the ticket's end commit together.
     try:
-        # A lane ticket's end (whatever it is) is recorded at once: the next ticket waits on it.
-        return _job_outcome(job, record_success=True)
-    finally:
-        _lane_moved_on(job.instance_id)
+        with lane_held(job.instance_id, wait=float(vnext_setting("JOB_LEASE_SECONDS")) / 2):
+            outcome = _job_outcome(job, record_success=True)
+    except LaneTimeout as taken:
+        retry_at = timezone.now() + timedelta(seconds=1)
+        job_complete(
+            job, JobStatus.PENDING, error=str(taken), retry_at=retry_at, give_back_attempt=True
+        )
+        return "retry"
+    lane_dispatch_next(job.instance_id)
+    return outcome
 
 
 def _job_outcome(job: Job, *, record_success: bool) -> str:
@@ -429,7 +435,7 @@ def _handle_transition(job: Job) -> None:
         attempt=job.attempts,
     )
     _resume_if_partially_committed(request, instance, row_seed)
-    _execute(job, loaded, request, reserved=not lock_free, fenced=lock_free)
+    _execute(job, loaded, request, reserved=not lock_free)
 
 
 def _execute(
@@ -439,7 +445,7 @@ def _execute(
     *,
     reserved: bool,
     busy_waits: bool = False,
-    fenced: bool = False,
+    defer_chain: bool = False,
 ) -> None:
     """Run `request` for `job` as its claim's owner, under the reservation it took when
     `reserved`: a run that faults the instance ends the job `instance_faulted`, one refused ends
@@ -452,7 +458,7 @@ def _execute(
             request,
             owner=job.lease_owner,
             reserved=reserved,
-            fence=(job.pk, job.lease_owner) if fenced else None,
+            defer_chain=defer_chain,
         )
     except PipelineFault as fault:
         raise InstanceFaulted(fault.code, fault.message) from fault
@@ -514,12 +520,17 @@ def relays_run(origin: uuid.UUID, *, budget: int = 500) -> int:
 
 
 def _handle_update_data(job: Job) -> None:
-    """An accepted updateData at the head of its instance's write lane: its run, fenced by this
-    claim (a run that outlived its lease cannot write after the one that took it over)."""
+    """An accepted async updateData, applied inside its instance's write lane (`_job_execute`
+    holds it): what the tickets before it left is what its mapping reads."""
+    still_mine = Job.objects.filter(
+        pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner
+    )
+    if not still_mine.exists():
+        raise JobSkipped("the lane's holder applied this update while this claim waited")
     loaded = _load(job)
     instance, definition = loaded.instance, loaded.definition
     if _applied_by_earlier_claim(job):
-        return  # a worker died between the run's commit and recording the job: it is done
+        return  # an earlier claim's commit applied it (its outcome was not recorded)
     if instance.status == InstanceStatus.COMPLETED:
         raise JobSkipped(f"instance {instance.id} completed before the update was applied")
     payload = open_request(job.payload, instance_id=job.instance_id)
@@ -539,19 +550,19 @@ def _handle_update_data(job: Job) -> None:
         row_seed=job_row_seed(job.pk),
         attempt=job.attempts,
     )
-    _execute(job, loaded, request, reserved=False, fenced=True)
+    _execute(job, loaded, request, reserved=False, defer_chain=True)
 
 
-# Lane tickets that ended in this process wake the sync requests waiting for their turn here
-# (waiters in other processes notice within their polling pause).
-_LANE_MOVED = threading.Condition()
-
-
-def _lane_moved_on(instance_id: uuid.UUID | None) -> None:
-    if instance_id is not None:
-        lane_dispatch_next(instance_id)
-    with _LANE_MOVED:
-        _LANE_MOVED.notify_all()
+def _lane_drain(waiting: list[int]) -> int:
+    """Inside an instance's write lane: apply the tickets `waiting` in it, oldest first (they
+    were accepted before the caller's own update). Returns how many were applied here."""
+    applied = 0
+    for job_id in waiting:
+        job = lane_take(job_id)
+        if job is not None:
+            job_execute(job)
+            applied += 1
+    return applied
 
 
 def instance_transition_run(
@@ -564,11 +575,11 @@ def instance_transition_run(
     info: RequestInfo,
     addressed: InstanceSnapshot | None = None,
 ) -> InstanceOutcome:
-    """A sync transition. An updateData goes through its instance's write lane: its ticket,
-    then its turn (every update accepted before it applied first, the ones no worker has
-    taken run here), then its run; any other transition runs at once (`instance_transition`).
-    An update still waiting after `DATA_WRITE_WAIT_SECONDS` is left to the workers and the
-    outcome says so (`queued`: the API answers 202)."""
+    """A sync transition. An updateData is applied inside its instance's write lane (seed 000's
+    per-instance write funnel): it waits its turn — at most `DATA_WRITE_WAIT_SECONDS`, then it
+    is accepted as an async ticket instead (`queued`: the API answers 202) — applies the
+    tickets accepted before it, then itself, and answers its own result; the automatic chain
+    it makes possible runs after the lane. Any other transition runs at once."""
     if addressed is None:
         addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
     if not is_update_data(addressed, transition_key):
@@ -581,72 +592,63 @@ def instance_transition_run(
             info=info,
             addressed=addressed,
         )
-    accepted = update_data_accept(
-        addressed=addressed, transition_key=transition_key, body=body, info=info
-    )
-    ticket = accepted.ticket
-    job = Job(
-        pk=ticket.job_id,
-        kind=JobKind.UPDATE_DATA,
-        instance_id=accepted.instance.id,
-        status=JobStatus.RUNNING,
-        lease_owner=ticket.token,
-    )
+    failure: PipelineFault | VNextError | None = None
+    drained = 0
     try:
-        within = float(vnext_setting("DATA_WRITE_WAIT_SECONDS"))
-        waited = _lane_turn(job, within=within, renew=lambda: lane_extend(ticket))
-        if waited is None:
-            lane_release(ticket)
-            return InstanceOutcome(accepted.instance, created=False, queued=True)
-        try:
-            outcome = update_data_run(accepted, reload=waited)
-        except PipelineFault as fault:
-            job_complete(job, JobStatus.INSTANCE_FAULTED, error=str(fault))
-            raise
-        except PipelineSuperseded as superseded:
-            # The update was committed; the automatic chain after it lost the instance.
-            job_complete(job, JobStatus.SUCCEEDED, error=str(superseded))
-            raise
-        except VNextError as refused:
-            if not job_complete(job, JobStatus.SKIPPED, error=f"{refused.code}: {refused}"):
-                # Its lease ran out and a worker took the ticket over: the update is theirs.
-                return InstanceOutcome(accepted.instance, created=False, queued=True)
-            raise
-        job_complete(job, JobStatus.SUCCEEDED)
+        with lane_held(addressed.id, wait=float(vnext_setting("DATA_WRITE_WAIT_SECONDS"))):
+            # The instance as the writes before this one left it, read once the lane is held.
+            current, waiting = _store.lane_view(addressed.id)
+            drained = _lane_drain(waiting)
+            if drained or current is None:
+                current = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+            addressed = current
+            try:
+                outcome = instance_transition(
+                    domain=domain,
+                    workflow=workflow,
+                    ref=ref,
+                    transition_key=transition_key,
+                    body=body,
+                    info=info,
+                    addressed=addressed,
+                    defer_chain=True,
+                )
+            except (PipelineFault, VNextError) as refused:
+                # A fault is committed with its incident; a refusal wrote nothing.
+                failure = refused
+    except LaneTimeout:
+        accepted = instance_transition_accept(
+            domain=domain,
+            workflow=workflow,
+            ref=ref,
+            transition_key=transition_key,
+            body=body,
+            info=info,
+            addressed=addressed,
+        )
+        return InstanceOutcome(accepted.instance, created=False, queued=True)
+    if drained:
+        # Tickets accepted while those ran found them ahead and were refused: hand them over.
+        lane_dispatch_next(addressed.id)
+    if failure is not None:
+        raise failure
+    return _after_update(outcome)
+
+
+def _after_update(outcome: InstanceOutcome) -> InstanceOutcome:
+    # The automatic chain an update made possible runs now that the lane is free, here, so a
+    # sync answer shows where it led (its job stays for a worker should this be refused).
+    execution = outcome.execution
+    if execution is None or execution.deferred_automatic is None:
         return outcome
-    finally:
-        _lane_moved_on(accepted.instance.id)
-
-
-def _lane_turn(job: Job, *, within: float, renew: Callable[[], bool]) -> bool | None:
-    """Wait until no ticket before `job` in its instance's lane is unfinished, running the
-    ones no worker holds here (a worker may claim them first: then wait for it). False when
-    it was `job`'s turn at once, True after waiting, None when `within` seconds passed. The
-    ticket's lease is renewed (`renew`) while it waits, so no worker takes it meanwhile."""
-    assert job.instance_id is not None
-    started = time.monotonic()
-    deadline = started + within
-    renew_every = float(vnext_setting("JOB_LEASE_SECONDS")) / 3
-    renewed = started
-    waited, pause = False, 0.001
-    while True:
-        if time.monotonic() - renewed > renew_every:
-            renew()
-            renewed = time.monotonic()
-        blocker = lane_blocker(job.instance_id, job.pk)
-        if blocker is None:
-            if waited:
-                renew()  # a full lease for the run itself
-            return waited
-        waited = True
-        if blocker.claimable(timezone.now()) and job_run(blocker.job_id) != "skipped":
-            pause = 0.001
-            continue
-        if time.monotonic() + pause > deadline:
-            return None
-        with _LANE_MOVED:
-            _LANE_MOVED.wait(pause)
-        pause = min(pause * 2, 0.02)
+    instance_id = execution.instance.id
+    pending = Job.objects.filter(
+        instance_id=instance_id, kind=JobKind.AUTOMATIC, status=JobStatus.PENDING
+    ).order_by("pk")
+    for job_id in list(pending.values_list("pk", flat=True)):
+        job_run(job_id)
+    current = _store.load(instance_id) or execution.instance
+    return InstanceOutcome(current, created=False, execution=execution)
 
 
 def _settled_elsewhere(job_id: int) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DataError, IntegrityError, connection, connections, transaction
-from django.db.models import Exists, Field, Q
+from django.db.models import Field, Q
 from django.utils import timezone
 
 from instances.changes import instance_changed
@@ -66,7 +66,7 @@ from instances.models import (
     InstanceTransition,
     Job,
 )
-from instances.queue import job_enqueue, jobs_dispatch, jobs_reschedule
+from instances.queue import job_enqueue, jobs_dispatch, jobs_reschedule, lane_waiting
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,
@@ -188,6 +188,11 @@ class OrmStore:
     def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
         """The instance `ref` (UUID, or business key: the live instance first) of a workflow."""
         return dialect().find(domain, workflow, ref)
+
+    def lane_view(self, instance_id: uuid.UUID) -> tuple[InstanceSnapshot | None, list[int]]:
+        """Inside the instance's write lane: the instance as committed now and the lane's
+        unfinished tickets, oldest first (accepted before the caller's update)."""
+        return dialect().lane_view(instance_id)
 
     def live_by_key(self, domain: str, workflow: str, key: str) -> InstanceSnapshot | None:
         """The live (not Completed) instance of a workflow with business key `key`, if any."""
@@ -629,6 +634,17 @@ def _end_children(parent_id: uuid.UUID, end: ChildrenEnd) -> None:
 # --- SQL dialects: one object per database vendor, chosen once ------------------------------------
 
 
+def _raw_snapshot(found: Any) -> InstanceSnapshot:
+    # A snapshot from a raw row of `_SELECT_COLUMNS`.
+    values = dict(zip(_SNAPSHOT_COLUMNS, found, strict=True))
+    for name in ("data", "tags", "extra"):
+        # Django's psycopg setup leaves jsonb undecoded for raw cursors.
+        if isinstance(values[name], str):
+            values[name] = json.loads(values[name])
+    major, minor, patch = (values.pop(name) for name in _VERSION_COLUMNS)
+    return opened(InstanceSnapshot(**values, data_version=(major, minor, patch)))
+
+
 class PortableSql:
     """Instance-row statements any database runs (SQLite in the embedded mode), through the
     ORM; a read and its guarded write share one transaction (SQLite serialises writers)."""
@@ -637,6 +653,11 @@ class PortableSql:
         """The instance `ref` (UUID, or business key: the live instance first) of a workflow."""
         row = newest_instance(domain, workflow, ref)
         return snapshot_of(row) if row else None
+
+    def lane_view(self, instance_id: uuid.UUID) -> tuple[InstanceSnapshot | None, list[int]]:
+        """The instance and its write lane's unfinished tickets, oldest first."""
+        row = Instance.objects.filter(pk=instance_id).first()
+        return (snapshot_of(row) if row else None), lane_waiting(instance_id)
 
     def update(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
@@ -731,15 +752,22 @@ class PostgresSql(PortableSql):
                 [domain, workflow, value],
             )
             found = cursor.fetchone()
+        return _raw_snapshot(found) if found is not None else None
+
+    def lane_view(self, instance_id: uuid.UUID) -> tuple[InstanceSnapshot | None, list[int]]:
+        """One SELECT: the instance and its write lane's unfinished tickets, oldest first."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {_SELECT_COLUMNS}, ARRAY(SELECT j.id FROM {Job._meta.db_table} j "
+                f"WHERE j.instance_id = i.id AND j.kind = '{JobKind.UPDATE_DATA}' "
+                f"AND j.status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}') ORDER BY j.id) "
+                "FROM instances_instance i WHERE i.id = %s",
+                [instance_id],
+            )
+            found = cursor.fetchone()
         if found is None:
-            return None
-        values = dict(zip(_SNAPSHOT_COLUMNS, found, strict=True))
-        for name in ("data", "tags", "extra"):
-            # Django's psycopg setup leaves jsonb undecoded for raw cursors.
-            if isinstance(values[name], str):
-                values[name] = json.loads(values[name])
-        major, minor, patch = (values.pop(name) for name in _VERSION_COLUMNS)
-        return opened(InstanceSnapshot(**values, data_version=(major, minor, patch)))
+            return None, []
+        return _raw_snapshot(found[:-1]), list(found[-1])
 
     def update(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
@@ -1008,21 +1036,7 @@ def _guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
     return condition, params
 
 
-_FENCE_SQL = (
-    f" AND EXISTS (SELECT 1 FROM {Job._meta.db_table} fence WHERE fence.id = %(fence_job)s "
-    "AND fence.status = 'running' AND fence.lease_owner = %(fence_token)s)"
-)
-
-
 def _status_guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
-    condition, params = _kind_guard_sql(guard)
-    if guard.fence is not None:
-        condition += _FENCE_SQL
-        params.update(fence_job=guard.fence[0], fence_token=guard.fence[1])
-    return condition, params
-
-
-def _kind_guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
     if guard.kind is GuardKind.OPTIMISTIC:
         return "status = 'A' AND state_version = %(guard_version)s", {
             "guard_version": guard.state_version
@@ -1044,10 +1058,6 @@ def _status_guard_q(guard: Guard) -> Q:
         condition = Q(status=InstanceStatus.FAULTED)
     else:
         condition = ~Q(status=InstanceStatus.COMPLETED)
-    if guard.fence is not None:
-        job, token = guard.fence
-        held = Job.objects.filter(pk=job, status=JobStatus.RUNNING, lease_owner=token)
-        condition &= Q(Exists(held))
     return condition
 
 

@@ -13,15 +13,16 @@ import functools
 import json
 import logging
 import random
+import threading
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -78,57 +79,50 @@ def job_row_seed(job_id: int) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_OID, f"vnext-job-{job_id}")
 
 
-@dataclass(frozen=True)
-class LaneTicket:
-    """An accepted updateData's place in its instance's write lane: its job row, and the claim
-    token when the accepting request runs it itself (a sync request), else empty."""
+# --- the write lane: an instance's updateData, one after another ------------------------------
 
-    job_id: int
-    token: str = ""
+# Advisory lock namespaces (the two-key form): one orders the tickets' inserts, one is held by
+# whoever applies an update of the instance.
+_LANE_NUMBERING, _LANE_WRITING = 7301, 7302
 
 
-def lane_ticket(*, instance_id: uuid.UUID, payload: dict[str, Any], claimed: bool) -> LaneTicket:
-    """Accept an updateData: insert its `update-data` job, the instance's next ticket in the
-    write lane, which runs tickets one at a time in id order (`_due`). `claimed`: the caller
-    runs it (a sync request): the row is inserted running, under a lease it holds, so no worker
-    takes it; should the caller die, the lease ends and a worker runs it instead.
+class LaneTimeout(Exception):
+    """The instance's write lane stayed taken for longer than the caller would wait."""
 
-    On PostgreSQL a transaction-scoped advisory lock per instance orders the inserts, so ids
-    are given in commit order: a ticket never sees a lower id commit after it."""
+
+def lane_ticket(*, instance_id: uuid.UUID, payload: dict[str, Any]) -> int:
+    """Accept an async updateData: insert its `update-data` job, the instance's next ticket in
+    its write lane (a worker claims a ticket only when none before it is pending, `_due`).
+    Returns its id. On PostgreSQL an advisory lock per instance, held by the INSERT's own
+    transaction, orders the inserts, so ticket ids follow their commit order."""
     now = timezone.now()
-    token = f"sync:{uuid.uuid4().hex}" if claimed else ""
     values: dict[str, Any] = {
         "kind": JobKind.UPDATE_DATA,
         "instance_id": instance_id,
         "payload": with_request_id(payload),
         "run_at": now,
-        "status": JobStatus.RUNNING if claimed else JobStatus.PENDING,
-        "attempts": 1 if claimed else 0,
-        "lease_owner": token,
-        "lease_until": now + _lease() if claimed else None,
     }
     if connection.vendor == "postgresql":
         job_id = _lane_insert(values, now)
     else:
         job_id = Job.objects.create(**values).pk  # SQLite serialises its writers anyway
-    if not claimed:
-        transaction.on_commit(lambda: jobs_dispatch([(job_id, now)]))
-    return LaneTicket(job_id, token)
+    transaction.on_commit(lambda: jobs_dispatch([(job_id, now)]))
+    return job_id
 
 
 def _lane_insert(values: dict[str, Any], now: datetime) -> int:
     # The lock is taken by the row source before the id default is drawn, and held until the
     # statement's transaction commits.
-    columns = [*values, "state", "last_error", "created_at", "updated_at"]
-    params = [*values.values(), "", "", now, now]
+    columns = [*values, "state", "status", "attempts", "lease_owner", "last_error"]
+    columns += ["created_at", "updated_at"]
+    params = [*values.values(), "", JobStatus.PENDING, 0, "", "", now, now]
     params[columns.index("payload")] = json.dumps(values["payload"], cls=DjangoJSONEncoder)
-    instance_id = values["instance_id"]
     placeholders = ", ".join(f"%s::{_job_column_type(name)}" for name in columns)
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {Job._meta.db_table} ({', '.join(columns)}) SELECT {placeholders} "
-            "FROM (SELECT pg_advisory_xact_lock(%s)) AS lane RETURNING id",
-            [*params, lane_lock_key(instance_id)],
+            "FROM (SELECT pg_advisory_xact_lock(%s, %s)) AS lane RETURNING id",
+            [*params, _LANE_NUMBERING, lane_lock_key(values["instance_id"])],
         )
         inserted = cursor.fetchone()
     assert inserted is not None  # the lock's row source yields exactly one row
@@ -142,85 +136,103 @@ def _job_column_type(name: str) -> str:
 
 
 def lane_lock_key(instance_id: uuid.UUID) -> int:
-    """The advisory lock (a signed 64-bit key) that orders an instance's lane tickets."""
-    return (instance_id.int & (2**63 - 1)) - 2**62
+    """The instance's key in the lane's advisory locks (a signed 32-bit integer)."""
+    return (instance_id.int & 0xFFFFFFFF) - 2**31
 
 
-@dataclass(frozen=True)
-class LaneBlocker:
-    """The earliest unfinished ticket ahead of one in an instance's write lane."""
-
-    job_id: int
-    status: str
-    run_at: datetime
-    lease_until: datetime | None
-
-    def claimable(self, now: datetime) -> bool:
-        """Whether a worker could claim it now (pending and due, or its lease expired)."""
-        if self.status == JobStatus.PENDING:
-            return self.run_at <= now
-        return self.lease_until is not None and self.lease_until < now
+# SQLite (the embedded mode, one process): the lane is a lock per instance in this process.
+_LOCAL_LANES: dict[uuid.UUID, threading.RLock] = {}
+_LOCAL_LANES_GUARD = threading.Lock()
 
 
-def lane_blocker(instance_id: uuid.UUID, job_id: int) -> LaneBlocker | None:
-    """The ticket that must run before `job_id` in the instance's lane, or None (its turn)."""
-    found = (
-        Job.objects.filter(
-            instance_id=instance_id,
-            kind=JobKind.UPDATE_DATA,
-            pk__lt=job_id,
-            status__in=[JobStatus.PENDING, JobStatus.RUNNING],
-        )
-        .order_by("pk")
-        .values_list("pk", "status", "run_at", "lease_until")
-        .first()
+@contextmanager
+def lane_held(instance_id: uuid.UUID, *, wait: float) -> Iterator[None]:
+    """A transaction holding the instance's write lane: every update of the instance's data by
+    an updateData is applied inside one, so they apply one after another, each reading what the
+    one before committed. Waits at most `wait` seconds for the lane (`LaneTimeout`); re-entrant
+    (a lane holder may run tickets of the same instance inside)."""
+    if connection.vendor != "postgresql":
+        with _LOCAL_LANES_GUARD:
+            lock = _LOCAL_LANES.setdefault(instance_id, threading.RLock())
+        if not lock.acquire(timeout=max(wait, 0.0)):
+            raise LaneTimeout(f"the write lane of {instance_id} stayed taken for {wait:g} s")
+        try:
+            with transaction.atomic():
+                yield
+        finally:
+            lock.release()
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # Waiters queue in PostgreSQL, first come first served, spending nothing meanwhile;
+            # the bound (the transaction's lock_timeout) is set before the lock is asked for.
+            try:
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s, %s)",
+                    [f"{max(int(wait * 1000), 1)}ms", _LANE_WRITING, lane_lock_key(instance_id)],
+                )
+            except OperationalError as exc:
+                if getattr(exc.__cause__, "sqlstate", "") != "55P03":  # lock_not_available
+                    raise
+                raise LaneTimeout(
+                    f"the write lane of {instance_id} stayed taken for {wait:g} s"
+                ) from exc
+        yield
+
+
+# The instance's unfinished tickets, oldest first: on every sync updateData's path, so plain SQL
+# (the ORM would spend more building it than the database answering it).
+_LANE_WAITING = (
+    f"SELECT id, run_at, status FROM {Job._meta.db_table} WHERE instance_id = %s "
+    f"AND kind = '{JobKind.UPDATE_DATA}' AND status IN ('{JobStatus.PENDING}', "
+    f"'{JobStatus.RUNNING}') ORDER BY id"
+)
+
+
+def lane_waiting(instance_id: uuid.UUID) -> list[int]:
+    """The instance's unfinished tickets, oldest first (a lane holder runs them before its own
+    update: they were accepted first)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LANE_WAITING, [instance_id])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def lane_take(job_id: int) -> Job | None:
+    """Claim a ticket for the lane holder: pending, or running under a claim whose worker waits
+    for the lane the caller holds (or died): nobody else can apply it while the lane is held.
+    A fresh claim token; None when it is finished."""
+    now = timezone.now()
+    taken = Job.objects.filter(pk=job_id, status__in=[JobStatus.PENDING, JobStatus.RUNNING]).update(
+        status=JobStatus.RUNNING,
+        attempts=F("attempts") + 1,
+        lease_until=now + _lease(),
+        updated_at=now,
     )
-    return LaneBlocker(*found) if found else None
+    if not taken:
+        return None
+    job = Job.objects.get(pk=job_id)
+    token = f"job:{job.pk}:{job.attempts}"
+    Job.objects.filter(pk=job.pk, attempts=job.attempts).update(lease_owner=token)
+    job.lease_owner = token
+    return job
 
 
 def lane_dispatch_next(instance_id: uuid.UUID) -> None:
     """A ticket of the instance's lane finished: hand the next waiting one to the runner (its
     claim was refused while the finished one was ahead of it)."""
-    following = (
-        Job.objects.filter(
-            instance_id=instance_id, kind=JobKind.UPDATE_DATA, status=JobStatus.PENDING
+    with connection.cursor() as cursor:
+        cursor.execute(_LANE_WAITING, [instance_id])
+        following = next(
+            (
+                (job_id, run_at)
+                for job_id, run_at, status in cursor.fetchall()
+                if status == "pending"
+            ),
+            None,
         )
-        .order_by("pk")
-        .values_list("pk", "run_at")
-        .first()
-    )
     if following is not None:
-        jobs_dispatch([following])
-
-
-def lane_extend(ticket: LaneTicket) -> bool:
-    """Renew the lease of a ticket its caller holds (it is still waiting its turn, or about to
-    run): a full lease from now. False when the claim was lost."""
-    now = timezone.now()
-    return bool(
-        Job.objects.filter(
-            pk=ticket.job_id, status=JobStatus.RUNNING, lease_owner=ticket.token
-        ).update(lease_until=now + _lease(), updated_at=now)
-    )
-
-
-def lane_release(ticket: LaneTicket) -> bool:
-    """Give a ticket its caller holds back to the workers (the caller stopped waiting for its
-    turn): pending, unclaimed, its attempt not counted. False when the claim was lost."""
-    now = timezone.now()
-    released = Job.objects.filter(
-        pk=ticket.job_id, status=JobStatus.RUNNING, lease_owner=ticket.token
-    ).update(
-        status=JobStatus.PENDING,
-        lease_owner="",
-        lease_until=None,
-        attempts=0,
-        run_at=now,
-        updated_at=now,
-    )
-    if released:
-        transaction.on_commit(lambda: jobs_dispatch([(ticket.job_id, now)]))
-    return bool(released)
+        # Inside a lane holder's transaction: handed over once it commits.
+        transaction.on_commit(lambda: jobs_dispatch([following]))
 
 
 def jobs_dispatch(jobs: Iterable[tuple[int, datetime]]) -> None:

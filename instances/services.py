@@ -51,7 +51,7 @@ from instances.orm_store import (
     OrmStore,
     snapshot_of,
 )
-from instances.queue import LaneTicket, job_enqueue, job_row_seed, lane_ticket
+from instances.queue import job_enqueue, lane_ticket
 from instances.status import CorrelationStatus, InstanceStatus, JobKind, JobStatus, Trigger
 from instances.wiring import engine
 
@@ -207,9 +207,11 @@ def instance_transition(
     body: Any,
     info: RequestInfo,
     addressed: InstanceSnapshot | None = None,
+    defer_chain: bool = False,
 ) -> InstanceOutcome:
     """Run a client-triggered transition on an instance (by id or business key; `addressed`
-    when the caller has just read it)."""
+    when the caller has just read it). `defer_chain`: an updateData applied in its instance's
+    write lane leaves its automatic chain to a job (the caller runs it after the lane)."""
     if addressed is None:
         addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
     for _ in range(2):
@@ -218,7 +220,7 @@ def instance_transition(
         )
         request = _request(transition, payload, body, info)
         try:
-            execution = engine().execute(definition, instance, request)
+            execution = engine().execute(definition, instance, request, defer_chain=defer_chain)
         except ForwardToSubflow:
             # The instance began waiting for a child since it was read: forward again.
             addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
@@ -648,7 +650,7 @@ def instance_transition_accept(
         # No lock, no duplicate guard: a ticket in the instance's write lane (seed 000).
         job_payload["lockFree"] = True
         with transaction.atomic():
-            lane_ticket(instance_id=instance.id, payload=job_payload, claimed=False)
+            lane_ticket(instance_id=instance.id, payload=job_payload)
         return InstanceOutcome(instance, created=False)
     statuses: list[str] = [InstanceStatus.ACTIVE]
     if transition.kind in BUSY_EXEMPT:
@@ -671,18 +673,6 @@ def instance_transition_accept(
     return InstanceOutcome(instance, created=False)
 
 
-@dataclass(frozen=True)
-class UpdateDataTicket:
-    """A sync updateData accepted into its instance's write lane, to be run by its caller once
-    every ticket before it has run: the lane ticket, the instance and definition it was
-    accepted on, and the request."""
-
-    ticket: LaneTicket
-    instance: InstanceSnapshot
-    definition: WorkflowDefinition
-    request: TransitionRequest
-
-
 def is_update_data(addressed: InstanceSnapshot, transition_key: str) -> bool:
     """Whether `transition_key` names the updateData transition of the instance's workflow."""
     definition = engine().components.workflow(
@@ -694,42 +684,6 @@ def is_update_data(addressed: InstanceSnapshot, transition_key: str) -> bool:
         addressed.current_state, transition_key
     ) or definition.find_any(transition_key)
     return transition is not None and transition.is_update_data
-
-
-def update_data_accept(
-    *, addressed: InstanceSnapshot, transition_key: str, body: Any, info: RequestInfo
-) -> UpdateDataTicket:
-    """Accept a sync updateData: checked like any transition (nothing is written when it is
-    refused), then given its ticket in the instance's write lane, claimed by the caller."""
-    instance, definition, transition, payload = _admissible(addressed, transition_key, body, info)
-    job_payload = _job_payload(
-        definition,
-        transition,
-        payload,
-        body,
-        info,
-        fromState=instance.current_state,
-        lockFree=True,
-    )
-    ticket = lane_ticket(instance_id=instance.id, payload=job_payload, claimed=True)
-    request = _request(transition, payload, body, info)
-    request.row_seed = job_row_seed(ticket.job_id)
-    return UpdateDataTicket(ticket, instance, definition, request)
-
-
-def update_data_run(accepted: UpdateDataTicket, *, reload: bool) -> InstanceOutcome:
-    """Run an accepted sync updateData whose turn in the lane has come, fenced by its ticket;
-    `reload`: read the instance again (tickets before it have run since it was read)."""
-    instance = accepted.instance
-    if reload:
-        instance = _store.load(instance.id) or instance
-    execution = engine().execute(
-        accepted.definition,
-        instance,
-        accepted.request,
-        fence=(accepted.ticket.job_id, accepted.ticket.token),
-    )
-    return InstanceOutcome(execution.instance, created=False, execution=execution)
 
 
 def _admissible(

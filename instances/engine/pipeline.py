@@ -188,15 +188,16 @@ class Engine:
         is_new: bool = False,
         owner: str | None = None,
         reserved: bool = False,
-        fence: tuple[int, str] | None = None,
+        defer_chain: bool = False,
     ) -> Execution:
         """Run `request` on `instance` (a new one when `is_new`) and the automatic chain after
         it. `reserved`: the instance is already Busy with `owner` (an accepted async request).
-        `fence`: the write-lane ticket an updateData runs under (`Guard.fence`).
+        `defer_chain`: an updateData applied in its instance's write lane leaves the automatic
+        chain after it to an `automatic` job committed with it (run once the lane is free).
         Raises `Rejected` (nothing written) or `PipelineFault` (instance Faulted)."""
         execution = Execution(self, definition, instance, is_new=is_new, owner=owner)
         execution.holds_busy = reserved
-        execution.fence = fence
+        execution.defer_chain = defer_chain
         execution.run(request)
         return execution
 
@@ -248,8 +249,8 @@ class Execution:
         self.owner = owner or uuid.uuid4().hex
         self.holds_busy = False
         self.lock_free = False
-        # The write-lane ticket a lock-free run holds (its flushes are fenced by it).
-        self.fence: tuple[int, str] | None = None
+        # An updateData applied in its write lane: its automatic chain goes to a job.
+        self.defer_chain = False
         self.loaded_state_version = instance.state_version
         # The state the database holds (the in-memory one runs ahead until a flush).
         self.committed_state = instance.current_state
@@ -433,8 +434,6 @@ class Execution:
         guard = self.guard()
         if self.writes.reads_data and guard.kind is not GuardKind.INSERT:
             guard = replace(guard, data_etag=self.instance.entity_etag)
-        if self.lock_free and self.fence is not None:
-            guard = replace(guard, fence=self.fence)
         return guard
 
     def flush(self) -> None:
@@ -471,25 +470,30 @@ class Execution:
         self._refresh(committed)
 
     def _defer_automatic(self, hop: Hop) -> None:
-        state = hop.source_state or self.instance.current_state
         self.hops.remove(hop)
         self.writes = PendingWrites()
+        self.stage_automatic(hop.source_state or self.instance.current_state, hop.transition)
+        self.lock_free, self.holds_busy = True, False
+        self.flush()
+
+    def stage_automatic(self, state: str, picked: TransitionDef) -> None:
+        """Leave the automatic transitions of `state` (where `picked` fires now) to a job
+        committed with the pending writes: it evaluates them again once the instance is free
+        and runs the one that fires."""
         self.writes.jobs.append(
             JobRow(
                 kind=JobKind.AUTOMATIC,
                 run_at=self.engine.clock(),
                 state=state,
-                payload={"state": state, "after": hop.transition.key},
+                payload={"state": state, "after": picked.key},
             )
         )
-        self.lock_free, self.holds_busy = True, False
-        self.flush()
         self.deferred_automatic = state
         logger.info(
-            "instance %s: %s is not admitted now; the automatic transitions of %s run later",
+            "instance %s: the automatic transitions of %s (%s fires) run after this update",
             self.instance.id,
-            hop.transition.key,
             state,
+            picked.key,
         )
 
     def _superseded(self) -> NoReturn:
@@ -510,18 +514,10 @@ class Execution:
         if self.holds_busy:
             return _OwnershipLost()
         if self.lock_free:
-            # updateData's own guard fails only when the instance ended or its lane ticket
-            # was taken over after its lease expired (a worker applies it then).
-            now = self.engine.store.load(self.instance.id)
-            if now is None or now.status == InstanceStatus.COMPLETED:
-                return Rejected(
-                    Codes.INSTANCE_COMPLETED,
-                    "the instance completed before this update was applied",
-                    instance_id=str(self.instance.id),
-                )
+            # updateData's own guard fails only when the instance ended meanwhile.
             return Rejected(
-                Codes.INSTANCE_BUSY,
-                "this update's turn in the instance's write lane expired; a worker applies it",
+                Codes.INSTANCE_COMPLETED,
+                "the instance completed before this update was applied",
                 instance_id=str(self.instance.id),
             )
         return Rejected(

@@ -234,9 +234,6 @@ class Guard:
     state_version: int = 0
     owner: str = ""
     data_etag: str | None = None
-    # `(job id, claim token)`: the write-lane ticket a lock-free run holds; the store writes
-    # only while that claim stands (a run that outlived its lease cannot write twice).
-    fence: tuple[int, str] | None = None
 
 
 # Recomputes a data patch from the instance data as it is now (a script that read the data:

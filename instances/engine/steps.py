@@ -837,6 +837,10 @@ class ResolveAvailableStep(Step):
     order = Order.RESOLVE_AVAILABLE
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
+        if hop.next_transition is not None and execution.lock_free and execution.defer_chain:
+            # Applied in its write lane: the chain must not run while the lane is held.
+            execution.stage_automatic(execution.instance.current_state, hop.next_transition)
+            hop.next_transition = None
         if hop.next_transition is not None:
             if execution.lock_free:
                 # updateData commits its own data first; the chain after it is an ordinary run.

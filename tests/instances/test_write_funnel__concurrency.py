@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter
-from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
-from django.utils import timezone
 from rest_framework.test import APIClient
 
 from instances.job_handlers import job_run, jobs_run_due
 from instances.models import Instance, InstanceDataVersion, InstanceTransition, Job
+from instances.queue import lane_lock_key
 from tests.engine.builders import script, state, task_ref, transition, workflow
 from tests.instances.http_server import http_server
 from tests.instances.test_admission__concurrency import race
@@ -107,7 +108,7 @@ def counted(instance_id: str) -> dict[str, Any]:
     return dict(Instance.objects.get(pk=instance_id).data)
 
 
-def test_fifty_concurrent_update_data_sync_and_async_apply_in_ticket_order(
+def test_fifty_concurrent_update_data_sync_and_async_apply_one_after_another_in_order(
     operator, operator_client
 ):
     publish(tally())
@@ -126,25 +127,32 @@ def test_fifty_concurrent_update_data_sync_and_async_apply_in_ticket_order(
 
     statuses = Counter(status for status, _ in answers)
     assert statuses == {200: 25, 202: 25}, answers
-    for index, (status, body) in enumerate(answers):
-        if status == 200:
-            # A sync update answers with its own write: the data as it left it.
-            assert body["attributes"]["seen"][-1] == index
-            assert body["attributes"]["count"] == len(body["attributes"]["seen"])
     data = counted(instance_id)
     assert data["count"] == 50
+    assert sorted(data["seen"]) == list(range(50))
+    for index, (status, body) in enumerate(answers):
+        if status == 200:
+            # A sync update answers with its own write, which read every write before it.
+            seen = body["attributes"]["seen"]
+            assert seen[-1] == index
+            assert body["attributes"]["count"] == len(seen)
+            assert data["seen"][: len(seen)] == seen
+    # The async ones apply in ticket (acceptance) order.
     tickets = Job.objects.filter(instance_id=instance_id, kind="update-data").order_by("pk")
     assert set(tickets.values_list("status", flat=True)) == {"succeeded"}
-    # Acceptance order is ticket order: the writes applied exactly in it.
-    assert data["seen"] == [job.payload["attributes"]["seq"] for job in tickets]
+    ticket_order = [job.payload["attributes"]["seq"] for job in tickets]
+    assert sorted(ticket_order) == list(range(1, 50, 2))
+    assert [seq for seq in data["seen"] if seq % 2] == ticket_order
     versions = list(
         InstanceDataVersion.objects.filter(instance_id=instance_id)
         .order_by("created_at", "id")
         .values_list("version", "data")
     )
-    # The start wrote no data (no 1.0.0 row); each update one version, none skipped or twice.
+    # The start wrote no data (no 1.0.0 row); each update one version, none skipped or twice,
+    # each the data the writes before it left.
     assert [version for version, _ in versions] == [f"1.0.{n}" for n in range(1, 51)]
     assert [stored["count"] for _, stored in versions] == list(range(1, 51))
+    assert [stored["seen"] for _, stored in versions] == [data["seen"][:n] for n in range(1, 51)]
     rows = InstanceTransition.objects.filter(instance_id=instance_id, transition_key="update-data")
     assert rows.count() == 50
     assert set(rows.values_list("status", flat=True)) == {"completed"}
@@ -170,27 +178,37 @@ def test_a_sync_update_behind_async_ones_no_worker_took_runs_them_first(operator
 
 
 def test_a_sync_update_that_waits_past_its_bound_is_left_to_the_workers(operator_client, settings):
-    # A ticket ahead of it is running under a live lease (a worker holds it): the sync update
-    # waits its turn at most DATA_WRITE_WAIT_SECONDS, then answers 202 and a worker applies it.
+    # Another holder keeps the instance's write lane (as a long update would): the sync update
+    # waits its turn at most DATA_WRITE_WAIT_SECONDS, then answers 202 as an accepted ticket.
     settings.VNEXT = {**settings.VNEXT, "DATA_WRITE_WAIT_SECONDS": 0.3}
     publish(tally())
     instance_id = started(operator_client, "tally")
     url = f"{BASE.format('tally')}/{instance_id}/transitions/update-data"
-    assert operator_client.patch(url, {"attributes": {"seq": 0}}, format="json").status_code == 202
-    ahead = Job.objects.get(instance_id=instance_id, kind="update-data")
-    Job.objects.filter(pk=ahead.pk).update(
-        status="running", lease_owner="job:elsewhere:1", lease_until=timezone.now() + timedelta(60)
-    )
-    answer = operator_client.patch(f"{url}?sync=true", {"attributes": {"seq": 1}}, format="json")
-    assert answer.status_code == 202, answer.json()
-    assert answer.json()["id"] == instance_id
-    assert counted(instance_id) == {}
-    queued = Job.objects.filter(instance_id=instance_id, kind="update-data").exclude(pk=ahead.pk)
-    assert list(queued.values_list("status", "attempts")) == [("pending", 0)]
-    # The worker ahead gives its ticket up; both then apply, in order.
-    Job.objects.filter(pk=ahead.pk).update(status="pending", lease_owner="", lease_until=None)
+    holder = psycopg.connect(libpq_test_url())
+    try:
+        holder.execute(
+            "SELECT pg_advisory_xact_lock(7302, %s)", [lane_lock_key(uuid.UUID(instance_id))]
+        )
+        answer = operator_client.patch(
+            f"{url}?sync=true", {"attributes": {"seq": 1}}, format="json"
+        )
+        assert answer.status_code == 202, answer.json()
+        assert answer.json()["id"] == instance_id
+        assert counted(instance_id) == {}
+        queued = Job.objects.filter(instance_id=instance_id, kind="update-data")
+        assert list(queued.values_list("status", flat=True)) == ["pending"]
+    finally:
+        holder.rollback()  # the lane is free again
+        holder.close()
     drain(instance_id)
-    assert counted(instance_id) == {"count": 2, "seen": [0, 1]}
+    assert counted(instance_id) == {"count": 1, "seen": [1]}
+
+
+def libpq_test_url() -> str:
+    settings = connection.settings_dict
+    return (
+        f"postgresql://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+    )
 
 
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
