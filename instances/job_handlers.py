@@ -396,7 +396,9 @@ def _handle_transition(job: Job) -> None:
     # A workflow that encrypts fields at rest keeps the request sealed in the job row.
     payload = open_request(job.payload, instance_id=job.instance_id)
     lock_free = bool(payload.get("lockFree"))
-    if not lock_free and not _take_reservation(job):
+    # A waiting parent's own transition takes the correlation's Busy over when it runs.
+    waiting_parent = bool(payload.get("waitingParent"))
+    if not lock_free and not waiting_parent and not _take_reservation(job):
         if _applied_by_earlier_claim(job):
             # A worker died between the run's last commit and recording the job: it is done.
             return
@@ -435,6 +437,11 @@ def _handle_transition(job: Job) -> None:
         attempt=job.attempts,
     )
     _resume_if_partially_committed(request, instance, row_seed)
+    if waiting_parent:
+        if _applied_by_earlier_claim(job):
+            return
+        _execute(job, loaded, request, reserved=False, busy_waits=True)
+        return
     _execute(job, loaded, request, reserved=not lock_free)
 
 

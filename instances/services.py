@@ -39,6 +39,7 @@ from instances.engine.records import (
     InstanceSnapshot,
     PendingWrites,
     new_etag,
+    waiting_child,
 )
 from instances.engine.roles import INSTANCE_STARTER, Caller, allowed
 from instances.engine.script_runner import CREDENTIAL_HEADERS, script_context
@@ -651,6 +652,14 @@ def instance_transition_accept(
         job_payload["lockFree"] = True
         with transaction.atomic():
             lane_ticket(instance_id=instance.id, payload=job_payload)
+        return InstanceOutcome(instance, created=False)
+    if not forwarded and transition.kind not in BUSY_EXEMPT and waiting_child(instance):
+        # The parent's own `$self` shared transition while its SubFlow child runs: a job runs
+        # it under the Busy the correlation holds and hands it back, as the sync path does.
+        del job_payload["reservation"]
+        job_payload["waitingParent"] = True
+        with transaction.atomic():
+            job_enqueue(kind=JobKind.TRANSITION, instance_id=instance.id, payload=job_payload)
         return InstanceOutcome(instance, created=False)
     statuses: list[str] = [InstanceStatus.ACTIVE]
     if transition.kind in BUSY_EXEMPT:

@@ -49,7 +49,6 @@ from instances.status import (
     JobKind,
     StateType,
     TransitionStatus,
-    Trigger,
 )
 
 if TYPE_CHECKING:
@@ -308,9 +307,10 @@ class ParentUpdateDataDataOnlyStep(Step):
 class ResourceLockStep(Step):
     """25: Acquire, Release or Extend the business lock the transition names (seed 003).
 
-    Manual requests only: in other profiles the step is present but does nothing. The owner is
-    the instance; an acquired key is recorded in `resource.locks` and released with every other
-    lock of the instance when it reaches a terminal status.
+    Runs in the Manual, AutoChain, Scheduled and Event profiles (seed 000; the ErrorBoundary
+    profile has no step 25). The owner is the instance; an acquired key is recorded in
+    `resource.locks` and released with every other lock of the instance when it reaches a
+    terminal status.
     """
 
     order = Order.RESOURCE_LOCK
@@ -318,7 +318,9 @@ class ResourceLockStep(Step):
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         config = hop.transition.raw.get("resourceLock")
-        if not isinstance(config, dict) or hop.request.trigger != Trigger.MANUAL:
+        # Every profile with this step runs it (Manual, AutoChain, Scheduled, Event); the
+        # ErrorBoundary profile has no such step, and publish refuses a lock there.
+        if not isinstance(config, dict):
             return Outcome.proceed()
         locks = execution.engine.locks
         if locks is None:

@@ -13,8 +13,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from instances.job_handlers import instances_reap_stranded_busy
-from instances.models import Correlation, Instance, Job
+from instances.job_handlers import instances_reap_stranded_busy, jobs_run_due
+from instances.models import Correlation, Instance, InstanceTransition, Job
 from tests.instances.scenario_api import WorkflowApi, import_examples, scheduled
 
 pytestmark = pytest.mark.django_db
@@ -112,6 +112,30 @@ def test_the_roots_own_shared_transition_is_handled_by_the_root(root):
     # Still one child: re-entering the SubFlow state did not start another.
     assert Instance.objects.filter(parent_correlation__parent=top).count() == 1
     assert top.busy_owner == f"subflow:{middle.pk}"
+
+
+def test_the_roots_own_shared_transition_sent_async_runs_once_on_the_root(root):
+    # SCENARIOS 5.4 on the async path: accepted as a job (no 409), which runs on the root
+    # under the Busy its correlation holds, and hands it back.
+    root_id = root.started()
+    top, middle, leaf = chain(root_id)
+
+    accepted = root.fire(root_id, "root-shared-mark", sync=False)
+
+    assert accepted.status_code == 202, accepted.json()
+    assert jobs_run_due().get("succeeded") == 1
+    top, middle, leaf = fresh(top, middle, leaf)
+    assert top.data["rootSharedMarks"] == 1
+    assert "leafOnlyMarks" not in leaf.data
+    assert "middleSharedMarks" not in middle.data
+    assert where(top, middle, leaf) == [
+        ("root-waiting", "B"),
+        ("middle-waiting", "B"),
+        ("leaf-waiting", "A"),
+    ]
+    assert top.busy_owner == f"subflow:{middle.pk}"
+    marks = InstanceTransition.objects.filter(transition_key="root-shared-mark")
+    assert list(marks.values_list("instance_id", "status")) == [(top.pk, "completed")]
 
 
 def test_a_leaf_transition_sent_to_the_root_is_forwarded_down_the_chain(root):

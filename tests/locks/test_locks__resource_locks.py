@@ -231,3 +231,67 @@ def test_sweep_and_operator_force_release(operator_client, examples):
     )
     assert (record.actor, record.body) == ("alice", {"lockKey": KEY})
     assert Instance.objects.get(pk=holder).extra == {"resource.locks": []}
+
+
+def _locked_workflow(**boundary: Any) -> dict[str, Any]:
+    # `hold` (automatic, default) acquires `seat:<n>` on the way to `holding`; `finish` ends it.
+    from tests.engine.builders import script, state, transition, workflow
+
+    key = script("def handler(context):\n    return 'seat:' + str(context.instance.data['n'])\n")
+    hold = transition(
+        "hold",
+        "holding",
+        1,
+        triggerKind=10,
+        resourceLock={"action": "Acquire", "keyExpression": key, "ttlSeconds": 60},
+    )
+    return workflow(
+        [
+            state("begin", 1, [hold]),
+            state("holding", 2, [transition("finish", "done")], **boundary),
+            state("done", 3, subType=1),
+        ],
+        key="auto-lock",
+    )
+
+
+def test_a_lock_on_an_automatic_transition_is_acquired_and_released_at_the_end(operator_client):
+    from workflows.services import component_publish
+
+    component_publish(document=_locked_workflow())
+    base = "/api/v1/core/workflows/auto-lock/instances"
+    started = operator_client.post(f"{base}/start?sync=true", {"n": 7}, format="json")
+    assert started.status_code == 200, started.json()
+    instance_id = started.json()["id"]
+    lock = ResourceLock.objects.get(key="seat:7")
+    assert str(lock.owner) == instance_id
+    assert Instance.objects.get(pk=instance_id).extra["resource.locks"] == ["seat:7"]
+    # A second instance's automatic hop conflicts: faulted with ResourceLockConflict.
+    second = operator_client.post(f"{base}/start?sync=true", {"n": 7}, format="json")
+    assert second.status_code == 409, second.json()
+    assert second.json()["errorCode"] == "ResourceLockConflict"
+    finished = operator_client.patch(
+        f"{base}/{instance_id}/transitions/finish?sync=true", {}, format="json"
+    )
+    assert finished.status_code == 200, finished.json()
+    assert not ResourceLock.objects.filter(key="seat:7").exists()
+
+
+@pytest.mark.django_db
+def test_a_lock_on_a_transition_an_error_boundary_runs_is_refused_at_publish():
+    from instances.engine.errors import VNextError
+    from workflows.services import component_publish
+
+    document = _locked_workflow()
+    states = document["attributes"]["states"]
+    states[0]["errorBoundary"] = {
+        "onError": [{"action": 2, "errorCodes": ["*"], "transition": "hold"}]
+    }
+    with pytest.raises(VNextError) as refused:
+        component_publish(document=document)
+    pointers = [violation.pointer for violation in refused.value.violations]
+    assert "/attributes/states/0/transitions/0/resourceLock" in pointers
+    message = next(
+        v.message for v in refused.value.violations if v.pointer.endswith("/resourceLock")
+    )
+    assert "ErrorBoundary profile" in message

@@ -190,6 +190,39 @@ def _workflow_violations(document: dict[str, Any]) -> Iterator[Violation]:
         transition_keys.add(_object(attributes.get(name)).get("key"))
     for path, boundary in _boundaries(attributes, ("attributes",)):
         yield from _error_boundary_violations(boundary, path, transition_keys)
+    yield from _boundary_lock_violations(attributes, states)
+
+
+def _boundary_lock_violations(
+    attributes: dict[str, Any], states: list[tuple[int, dict[str, Any]]]
+) -> Iterator[Violation]:
+    """A transition an error boundary's rule runs (Rollback, Notify) runs under the
+    ErrorBoundary profile, which has no ResourceLock step (seed 000): its `resourceLock` would
+    not run there, so it is refused at publish."""
+    diverted = {
+        rule.get("transition")
+        for _, boundary in _boundaries(attributes, ("attributes",))
+        if isinstance(boundary, dict)
+        for _, rule in _dicts(boundary.get("onError"))
+        if rule.get("action") in (ROLLBACK, NOTIFY)
+    }
+    located: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        (("attributes", "states", index, "transitions", t_index), transition)
+        for index, state in states
+        for t_index, transition in _dicts(state.get("transitions"))
+    ]
+    located += [
+        (("attributes", "sharedTransitions", index), shared)
+        for index, shared in _dicts(attributes.get("sharedTransitions"))
+    ]
+    for path, transition in located:
+        if transition.get("key") in diverted and transition.get("resourceLock") is not None:
+            yield Violation(
+                json_pointer(*path, "resourceLock"),
+                f"an error boundary runs {transition.get('key')!r} (Rollback/Notify) under the "
+                "ErrorBoundary profile, which takes no resource lock (seed 000): the lock "
+                "would not run; move it to a transition of its own",
+            )
 
 
 def _state_violations(
