@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from functools import reduce
@@ -301,7 +301,7 @@ class _InstantOrText(Expression):
     def get_source_expressions(self) -> list[Any]:
         return [self.text]
 
-    def set_source_expressions(self, exprs: list[Any]) -> None:
+    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         (self.text,) = exprs
 
     def as_sql(
@@ -377,7 +377,7 @@ class _GroupKey(Func):
         super().__init__(F("data"))
         self.path = path
 
-    def as_sql(
+    def as_postgresql(
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
     ) -> tuple[str, tuple[Any, ...]]:
         (column,) = self.get_source_expressions()
@@ -401,7 +401,7 @@ class _NumberAt(Func):
         super().__init__(F("data"))
         self.path = path
 
-    def as_sql(
+    def as_postgresql(
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
     ) -> tuple[str, tuple[Any, ...]]:
         (column,) = self.get_source_expressions()

@@ -15,6 +15,7 @@ import pytest
 
 from instances.filters import OPERATORS
 from instances.models import Instance
+from instances.orm_store import OrmInstanceReader
 from tests.engine.builders import state, transition, workflow
 from tests.instances.workflows import publish
 
@@ -420,7 +421,8 @@ def test_an_operand_of_1000_characters_is_accepted_and_1001_refused(operator_cli
         assert response.status_code == 400
         body = response.json()
         assert body["errorCode"] == "invalid_filter"
-        assert "1001 characters" in body["detail"] and "limited to 1000" in body["detail"]
+        assert "1001 characters" in body["detail"]
+        assert "limited to 1000" in body["detail"]
 
 
 @pytest.mark.parametrize("op", ["in", "nin", "between"])
@@ -675,4 +677,25 @@ def test_invalid_column(operator_client, rows):
         "fields."
     )
     documented = ["key", "flow", "status", "currentState", "createdAt", "modifiedAt"]
-    assert set(documented + ["completedAt", "isTransient"]) <= set(body["error"]["validColumns"])
+    assert {*documented, "completedAt", "isTransient"} <= set(body["error"]["validColumns"])
+
+
+# --- GetInstances tasks (type 15) read through the same language ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("config_filter", "expected"),
+    [
+        ('{"status":{"eq":"active"}}', {"p1", "p3"}),
+        ('{"and":[{"status":{"eq":"Active"}},{"attributes.amount":{"gt":"1000"}}]}', {"p1", "p3"}),
+        ('{"and":[{"state":{"eq":"processing"}},{"attributes.priority":{"eq":"high"}}]}', {"p5"}),
+        ("priority=eq:high", {"p1", "p5"}),
+        ({"attributes": {"currency": {"eq": "EUR"}}}, {"p2", "p5"}),  # an object in the config
+    ],
+)
+def test_the_get_instances_reader_takes_the_documented_filters(rows, config_filter, expected):
+    items = OrmInstanceReader().instances(
+        "core", FLOW, filter_text=config_filter, page=1, page_size=50
+    )
+    label_of = {instance_id: label for label, instance_id in rows.items()}
+    assert {label_of[item["id"]] for item in items} == expected
