@@ -14,9 +14,10 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import pytest
 
 from instances.filters import OPERATORS
+from instances.job_handlers import jobs_run_due
 from instances.models import Instance
 from instances.orm_store import OrmInstanceReader
-from tests.engine.builders import state, transition, workflow
+from tests.engine.builders import script, state, transition, workflow
 from tests.instances.workflows import publish
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -699,3 +700,88 @@ def test_the_get_instances_reader_takes_the_documented_filters(rows, config_filt
     )
     label_of = {instance_id: label for label, instance_id in rows.items()}
     assert {label_of[item["id"]] for item in items} == expected
+
+
+# --- event mappings that answer a filter ------------------------------------------------------
+
+NUDGE_MAPPING = """
+def handler(context):
+    return {"filter": context.event_payload["select"], "body": {"nudged": True}}
+"""
+
+
+@pytest.mark.parametrize(
+    "select",
+    [
+        {"attributes": {"region": {"eq": "north"}}},  # a JSON filter object
+        '{"attributes": {"region": {"like": "NORTH"}}}',
+        "region=eq:north",
+    ],
+)
+def test_an_event_mapping_selects_instances_with_the_query_language(operator_client, select):
+    publish(
+        workflow(
+            [
+                state(
+                    "waiting",
+                    1,
+                    [transition("nudge", "nudged", 3, event={"mapping": script(NUDGE_MAPPING)})],
+                ),
+                state("nudged", 3, subType=1),
+            ],
+            key="nudge-flow",
+        )
+    )
+    base = "/api/v1/core/workflows/nudge-flow/instances"
+    started = {
+        region: operator_client.post(
+            f"{base}/start?sync=true", {"region": region}, format="json"
+        ).json()["id"]
+        for region in ("north", "south", "northeast")
+    }
+
+    answer = operator_client.post(
+        f"{base}/events?action=transition&transitionKey=nudge", {"select": select}, format="json"
+    )
+    jobs_run_due()
+
+    assert answer.status_code == 200, answer.content
+    wanted = (
+        {started["north"], started["northeast"]} if "like" in str(select) else {started["north"]}
+    )
+    assert set(answer.json()["instances"]) == wanted
+    nudged = Instance.objects.filter(workflow_key="nudge-flow", current_state="nudged")
+    assert {str(pk) for pk in nudged.values_list("pk", flat=True)} == wanted
+
+
+# --- functions/data?filter= -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data_filter", "shown"),
+    [
+        ({"attributes": {"amount": {"gt": "1000"}}}, True),
+        ({"attributes": {"amount": {"gt": "100000"}}}, False),
+        ("currency=eq:USD", True),
+        ("currency=eq:EUR", False),
+        ({"status": {"eq": "Active"}, "attributes": {"priority": {"eq": "high"}}}, True),
+    ],
+)
+def test_the_data_function_answers_only_an_instance_the_filter_selects(
+    operator_client, rows, data_filter, shown
+):
+    value = json.dumps(data_filter) if isinstance(data_filter, dict) else data_filter
+    response = operator_client.get(f"{BASE}/{rows['p1']}/functions/data", {"filter": value})
+
+    assert response.status_code == 200, response.content
+    assert response.json()["data"] == (ROWS["p1"]["data"] if shown else None)
+    assert "ETag" not in response  # whether it matches is no part of any ETag
+
+
+def test_the_data_function_refuses_a_bad_filter_or_a_group_by(operator_client, rows):
+    url = f"{BASE}/{rows['p1']}/functions/data"
+    bad = operator_client.get(url, {"filter": '{"nope": {"eq": 1}}'})
+    grouped = operator_client.get(url, {"filter": '{"groupBy": {"field": "status"}}'})
+
+    assert (bad.status_code, bad.json()["errorCode"]) == (400, "invalid_column")
+    assert (grouped.status_code, grouped.json()["errorCode"]) == (400, "invalid_filter")
