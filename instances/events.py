@@ -6,7 +6,8 @@ The delivery is unwrapped (a CloudEvent in structured mode gives its `data` and 
 event mapping runs in the script pool — `handler(context)` with the payload as
 `context.event_payload` (and `context.body`) — and answers the instance key and the body:
 `ScriptResponse(key=..., data=...)`, or a dict `{"key", "body"}`; instead of a key, `"filter"`
-selects instances with the list API's filter language. The work then goes through the job table
+(a filter string in any form of the list API's query language, or a JSON filter object) selects
+instances. The work then goes through the job table
 (an accepted start, or per matched instance an accepted transition, or, when the instance is
 Busy, an `event-transition` job that waits for it), so it runs at least once and no event is
 dropped. The receipt (a `Job` row of kind `event`, unique per event id, workflow and action) is
@@ -33,6 +34,7 @@ from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.field_encryption import open_request, protection_of, seal_request
 from instances.filters import parse_filter
 from instances.models import Instance, Job
+from instances.orm_store import sealed_paths
 from instances.queue import job_enqueue
 from instances.services import (
     RequestInfo,
@@ -103,7 +105,7 @@ def event_deliver(
     mapping selects (0 of them is a normal answer). A redelivered event changes nothing."""
     if action not in ACTIONS:
         raise VNextError(
-            Codes.APP_INVALID_REQUEST,
+            Codes.APP_INVALID_QUERY,
             "action is start or transition",
             [Violation("/action", "start or transition")],
         )
@@ -121,7 +123,7 @@ def event_deliver(
     else:
         if not transition_key:
             raise VNextError(
-                Codes.APP_INVALID_REQUEST,
+                Codes.APP_INVALID_QUERY,
                 "an event transition delivery names its transitionKey",
                 [Violation("/transitionKey", "required with action=transition")],
             )
@@ -330,7 +332,7 @@ def _wait_seconds(instance_id: uuid.UUID) -> float:
 
 def _mapped(
     definition: Any, mapping: dict[str, Any], delivery: Delivery
-) -> tuple[str | None, str | None, dict[str, Any]]:
+) -> tuple[str | None, str | dict[str, Any] | None, dict[str, Any]]:
     # The event mapping's answer: (instance key, instance filter, body). No instance exists
     # yet for the mapping to see: `context.instance` names the workflow only.
     snapshot = InstanceSnapshot(
@@ -357,9 +359,14 @@ def _mapped(
     if isinstance(returned, dict):
         key, selector = returned.get("key"), returned.get("filter")
         body = returned.get("body")
+        if selector and not isinstance(selector, str | dict):
+            raise VNextError(
+                Codes.SCRIPT_FAILED,
+                "the event mapping's filter is a filter string or a JSON filter object",
+            )
         return (
             str(key) if key else None,
-            str(selector) if selector else None,
+            selector or None,
             body if isinstance(body, dict) else {},
         )
     raise VNextError(
@@ -370,7 +377,7 @@ def _mapped(
 
 
 def _selected(
-    domain: str, workflow: str, key: str | None, selector: str | None
+    domain: str, workflow: str, key: str | None, selector: str | dict[str, Any] | None
 ) -> list[tuple[uuid.UUID, str]]:
     # The live instances an event transition goes to, with their pinned versions: the one with
     # `key`, or the filter's.
@@ -381,9 +388,9 @@ def _selected(
         return list(live.filter(key=key).values_list("id", "workflow_version")[:1])
     if selector:
         found = list(
-            live.filter(parse_filter(selector)).values_list("id", "workflow_version")[
-                : MAX_MATCHED + 1
-            ]
+            live.filter(parse_filter(selector, sealed=sealed_paths(domain, workflow))).values_list(
+                "id", "workflow_version"
+            )[: MAX_MATCHED + 1]
         )
         if len(found) > MAX_MATCHED:
             raise VNextError(

@@ -66,7 +66,7 @@ def requested_extensions(values: Iterable[str]) -> tuple[str, ...]:
                 )
             )
     if problems:
-        raise VNextError(Codes.APP_INVALID_REQUEST, "invalid extensions parameter", problems[:1])
+        raise VNextError(Codes.APP_INVALID_QUERY, "invalid extensions parameter", problems[:1])
     return tuple(dict.fromkeys(name for value in values for name in value.split(",")))
 
 

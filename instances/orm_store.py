@@ -1188,9 +1188,16 @@ class OrmInstanceReader:
         ).exists()
 
     def instances(
-        self, domain: str, workflow: str, *, filter_text: str | None, page: int, page_size: int
+        self,
+        domain: str,
+        workflow: str,
+        *,
+        filter_text: str | dict[str, Any] | None,
+        page: int,
+        page_size: int,
     ) -> list[dict[str, Any]]:
-        """A page of instances, newest first."""
+        """A page of instances, newest first; `filter_text` in the list API's query language
+        (a string in any of its forms, or a task config's JSON filter object)."""
         queryset = Instance.objects.filter(domain=domain, workflow_key=workflow)
         sealed = sealed_paths(domain, workflow) if filter_text else frozenset()
         queryset = queryset.filter(parse_filter(filter_text, sealed=sealed))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
@@ -40,7 +40,16 @@ from instances.engine.visibility import (
     state_value,
     unreadable_paths,
 )
-from instances.filters import ATTRIBUTES_PREFIX, parse_filter, parse_page, parse_sort
+from instances.filters import (
+    check_sealed,
+    data_paths,
+    filter_q,
+    grouped,
+    parse_page,
+    parse_query,
+    sort_keys_of,
+    sort_terms,
+)
 from instances.models import (
     Correlation,
     Incident,
@@ -71,34 +80,66 @@ class Page:
     has_next: bool
 
 
+@dataclass(frozen=True)
+class Groups:
+    """A listing grouped by `groupBy`: `{name, count?, sum?, avg?, min?, max?}` per group."""
+
+    groups: list[dict[str, Any]]
+
+
 def instance_list(
     *,
     domain: str,
     workflow: str,
-    filter_text: str | None,
-    sort: str | None,
-    page: str | None,
-    page_size: str | None,
+    filters: Sequence[str] = (),
+    sort: str | None = None,
+    order_by: str | None = None,
+    group_by: str | None = None,
+    aggregations: str | None = None,
+    page: str | None = None,
+    page_size: str | None = None,
     visible: Q | None = None,
     roles: frozenset[str] | None = None,
-) -> Page:
-    """Instances of a workflow through the filter language, sorted, one page (stable order);
-    `visible` keeps only the instances the caller may read (`readable_instances`); with the
-    caller's `roles`, a filter or sort on a field the master schema hides, masks or encrypts
-    for them is refused (`invalid_column`)."""
+) -> Page | Groups:
+    """Instances of a workflow through the query language (`instances.filters`): the
+    `filters` (all of which must hold), sorted, one page (stable order), or their groups when
+    the query has a `groupBy`. `visible` keeps only the instances the caller may read
+    (`readable_instances`); with the caller's `roles`, a data field the master schema hides,
+    masks or encrypts for them is refused (`invalid_column`) wherever the query names it."""
     number, size = parse_page(page, page_size)
+    query = parse_query(list(filters), group_by=group_by, aggregations=aggregations)
+    keys = sort_keys_of(sort, order_by)
     queryset: QuerySet[Instance] = Instance.objects.filter(domain=domain, workflow_key=workflow)
     if visible is not None:
         queryset = queryset.filter(visible)
-    sealed: frozenset[tuple[str, ...]] = frozenset()
-    if ATTRIBUTES_PREFIX in f"{filter_text or ''} {sort or ''}":
+    targets = [*query.targets(), *(key.target for key in keys)]
+    if data_paths(targets):
         # Refused: paths holding cipher text, and paths the caller may not read as stored.
-        sealed = sealed_paths(domain, workflow) | _unreadable(domain, workflow, roles)
-    queryset = queryset.filter(parse_filter(filter_text, sealed=sealed))
-    queryset = queryset.order_by(*parse_sort(sort, sealed=sealed))
+        check_sealed(targets, sealed_paths(domain, workflow) | _unreadable(domain, workflow, roles))
+    queryset = queryset.filter(filter_q(query.filter))
+    if query.group is not None:
+        return Groups(grouped(queryset, query.group))
+    queryset = queryset.order_by(*sort_terms(keys))
     start = (number - 1) * size
     rows = list(queryset[start : start + size + 1])
     return Page(rows[:size], number, size, len(rows) > size)
+
+
+def instance_matches(
+    instance: InstanceSnapshot, filters: Sequence[str], roles: frozenset[str] | None
+) -> bool:
+    """Whether the instance is one the filter(s) select (`functions/data?filter=`); the same
+    fields are refused as for the list."""
+    query = parse_query(list(filters))
+    if query.group is not None:
+        raise VNextError(
+            Codes.FILTER_INVALID, "groupBy is answered by the instance list, not functions/data."
+        )
+    targets = list(query.targets())
+    domain, workflow = instance.domain, instance.workflow_key
+    if data_paths(targets):
+        check_sealed(targets, sealed_paths(domain, workflow) | _unreadable(domain, workflow, roles))
+    return Instance.objects.filter(pk=instance.id).filter(filter_q(query.filter)).exists()
 
 
 def _unreadable(

@@ -1,6 +1,6 @@
 """What the OpenAPI document says of every operation beside its own bodies: the problem body
-(RFC 7807 with `errorCode`, API.md section 1) on each error status, served as
-`application/problem+json`, and the headers clients send."""
+(RFC 7807 with `errorCode` and vNext's `error` block, API.md section 1) on each error status,
+served as `application/problem+json`, and the headers clients send."""
 
 from __future__ import annotations
 
@@ -20,8 +20,37 @@ class ViolationSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class ValidationEntrySerializer(serializers.Serializer):
+    """One entry of vNext's `validationErrors`: the members (the dotted path into the data that
+    was validated, `root` for all of it) and what is wrong there."""
+
+    members = serializers.ListField(child=serializers.CharField())
+    message = serializers.CharField()
+
+
+class ProblemErrorSerializer(serializers.Serializer):
+    """vNext's own error block, beside the RFC 7807 fields."""
+
+    code = serializers.CharField(help_text="the errorCode: App:900002, invalid_filter, ...")
+    message = serializers.CharField(
+        help_text='the detail; "schema validation failed: ..." when a body breaks its schema'
+    )
+    validationErrors = ValidationEntrySerializer(many=True, required=False)
+    supportedOperators = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="unsupported_operator: the operators that would do",
+    )
+    validColumns = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="invalid_column: the instance columns",
+    )
+
+
 class ProblemSerializer(serializers.Serializer):
-    """An error answer (RFC 7807, with the platform's `errorCode`)."""
+    """An error answer (RFC 7807, with the platform's `errorCode`) carrying vNext's `error`
+    block too."""
 
     type = serializers.CharField()
     title = serializers.CharField()
@@ -30,6 +59,7 @@ class ProblemSerializer(serializers.Serializer):
     errorCode = serializers.CharField(help_text="e.g. Instance:100031, Transition:100010")
     instanceId = serializers.CharField(required=False, allow_null=True)
     errors = ViolationSerializer(many=True, required=False)  # type: ignore[assignment]
+    error = ProblemErrorSerializer()
 
 
 _WHY = {

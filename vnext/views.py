@@ -9,8 +9,8 @@ from rest_framework.views import APIView
 
 from instances.engine.errors import Codes, Violation, VNextError
 
-# Query parameters that may be given more than once.
-REPEATABLE = frozenset({"role", "extensions"})
+# Query parameters that may be given more than once (repeated `filter`s must all hold).
+REPEATABLE = frozenset({"role", "extensions", "filter"})
 
 
 class ApiView(APIView):
@@ -27,7 +27,7 @@ class ApiView(APIView):
         )
         if repeated:
             raise VNextError(
-                Codes.APP_INVALID_REQUEST,
+                Codes.APP_INVALID_QUERY,
                 f"query parameter(s) given more than once: {', '.join(repeated)}",
                 [Violation(f"/{name}", "given more than once") for name in repeated],
             )

@@ -250,7 +250,7 @@ def watched_instances(scope: Scope) -> list[uuid.UUID]:
 
 def _bad_wait() -> Answer:
     body = problem_body(
-        Codes.APP_INVALID_REQUEST,
+        Codes.APP_INVALID_QUERY,
         "wait must be a number of seconds (0 or more)",
         violations=[Violation("/wait", "a number of seconds, 0 or more")],
     )

@@ -111,8 +111,12 @@ class InstanceSerializer(serializers.Serializer):
 
 
 class LinksSerializer(serializers.Serializer):
-    next = serializers.URLField(allow_null=True)
-    prev = serializers.URLField(allow_null=True)
+    """Page links: strings always, `""` where there is no such page (as vNext sends them)."""
+
+    self = serializers.CharField(help_text="this page")
+    first = serializers.CharField(help_text="the first page")
+    next = serializers.CharField(allow_blank=True, help_text='the next page; "" on the last')
+    prev = serializers.CharField(allow_blank=True, help_text='the previous page; "" on the first')
 
 
 class InstancePageSerializer(serializers.Serializer):
@@ -123,6 +127,28 @@ class InstancePageSerializer(serializers.Serializer):
     pageSize = serializers.IntegerField()
     hasNext = serializers.BooleanField()
     links = LinksSerializer()
+
+
+# One group of a `groupBy` answer; its aggregations are named like builtins, hence the mapping.
+GroupSerializer = type(
+    "GroupSerializer",
+    (serializers.Serializer,),
+    {
+        "__doc__": "One group: its name (the list of values for `fields`) and aggregations.",
+        "name": Free(allow_null=True, help_text="the grouped value; a list for groupBy.fields"),
+        "count": serializers.IntegerField(required=False),
+        **{
+            name: Free(required=False, allow_null=True, help_text=f"{name} of the numbers")
+            for name in ("sum", "avg", "min", "max")
+        },
+    },
+)
+
+
+class GroupsSerializer(serializers.Serializer):
+    """The answer to a `groupBy`: one entry per group, ordered by name."""
+
+    groups = GroupSerializer(many=True)
 
 
 class HistoryRowSerializer(serializers.Serializer):

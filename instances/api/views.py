@@ -10,7 +10,13 @@ from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework import status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -24,6 +30,7 @@ from instances.api.serializers import (
     EnvelopeSerializer,
     EventOutcomeSerializer,
     FunctionCatalogSerializer,
+    GroupsSerializer,
     HistorySerializer,
     IncidentPageSerializer,
     IncidentSerializer,
@@ -50,7 +57,7 @@ from instances.extensions import (
     listed_extensions,
     requested_extensions,
 )
-from instances.filters import parse_page
+from instances.filters import MAX_FILTER_LENGTH, MAX_OPERAND_LENGTH, OPERATORS, parse_page
 from instances.functions import (
     FunctionAnswer,
     FunctionVerbRefused,
@@ -63,6 +70,7 @@ from instances.functions import (
 )
 from instances.job_handlers import instance_settle, instance_transition_run, relays_run
 from instances.selectors import (
+    Groups,
     active_correlations,
     active_incident,
     active_incidents,
@@ -74,6 +82,7 @@ from instances.selectors import (
     instance_by_id,
     instance_history,
     instance_list,
+    instance_matches,
     listed_attributes,
     master_schema,
     newest_transition_id,
@@ -135,11 +144,44 @@ TRANSITION_PATH = OpenApiParameter(
 )
 FILTER = OpenApiParameter(
     "filter",
-    str,
-    description='JSON: {"field": {"op": value}}, and/or/not; e.g. {"status": {"eq": "A"}}',
+    {"type": "string", "maxLength": MAX_FILTER_LENGTH},
+    description="vNext's query language (doc/en/flow/instance-filtering.md). GraphQL-style JSON: "
+    'instance columns at the top level (`{"status": {"in": ["Active", "Busy"]}}`), data fields '
+    'under `attributes` (`{"attributes": {"amount": {"gt": "500"}}}`, nested objects or dotted '
+    "paths), several fields at one level ANDed, `and` / `or` / `not`; operators "
+    f"{', '.join(OPERATORS)} (`like`: contains, case-insensitive). Or the legacy "
+    "`field=operator:value` (`customerId=eq:C-1`; lists comma separated). May carry `groupBy` "
+    '(`{"filter": {...}, "groupBy": {...}}`). Operands at most '
+    f"{MAX_OPERAND_LENGTH} characters; repeated `filter` parameters must all hold",
 )
 SORT = OpenApiParameter(
-    "sort", str, description='JSON: {"field": "createdAt", "direction": "desc"}'
+    "sort",
+    {"type": "string", "maxLength": MAX_FILTER_LENGTH},
+    description='`{"field": "createdAt", "direction": "desc"}`, `{"fields": [{"field": '
+    '"status"}, {"field": "createdAt", "direction": "desc"}]}`, or `-createdAt,key`; '
+    "default: newest first",
+)
+ORDER_BY = OpenApiParameter(
+    "orderBy", {"type": "string", "maxLength": MAX_FILTER_LENGTH}, description="the same as sort"
+)
+GROUP_BY = OpenApiParameter(
+    "groupBy",
+    {"type": "string", "maxLength": MAX_FILTER_LENGTH},
+    description='`{"field": "attributes.currency"}` or `{"fields": [...]}`, optionally with '
+    '`"aggregations": {"count": true, "sum": "attributes.amount", "avg": ..., "min": ..., '
+    '"max": ...}`: the answer is `{"groups": [{"name", "count", ...}]}`',
+)
+AGGREGATIONS = OpenApiParameter(
+    "aggregations",
+    {"type": "string", "maxLength": MAX_FILTER_LENGTH},
+    description='the aggregations of groupBy, given apart: `{"count": true, "sum": '
+    '"attributes.amount"}`',
+)
+DATA_FILTER = OpenApiParameter(
+    "filter",
+    {"type": "string", "maxLength": MAX_FILTER_LENGTH},
+    description="the instance list's filter language: when it does not select this instance, "
+    "the answer is 200 with `data: null` (filtered answers carry no ETag and are never 304)",
 )
 PAGE = OpenApiParameter(
     "page", {"type": "integer", "minimum": 1, "maximum": 1000}, description="1..1000"
@@ -158,6 +200,21 @@ EXTENSIONS = OpenApiParameter(
     description="extensions to run on request (types 2 and 4), comma separated and/or "
     "repeated: `?extensions=a,b&extensions=c`. A name that is no extension of the workflow "
     "for this read gets an error object under its key in `extensions`",
+)
+# An accepted (202) start, transition or retry says where to poll.
+ACCEPTED_LOCATION = OpenApiParameter(
+    "Location",
+    str,
+    location=OpenApiParameter.HEADER,
+    response=[202],
+    required=True,
+    description="the instance's URL (GET it, or its functions/state, to follow the job)",
+)
+# The list answers a page, or the groups of a groupBy.
+INSTANCE_LISTING = PolymorphicProxySerializer(
+    component_name="InstanceListing",
+    serializers=[InstancePageSerializer, GroupsSerializer],
+    resource_type_field_name=None,
 )
 START_EXAMPLE = OpenApiExample(
     "instance-management-test-workflow",
@@ -293,7 +350,11 @@ def _answer(
     extra = _retried(instance, outcome) if retried else {}
     if accepted or outcome.queued:
         body = {"id": str(instance.id), "status": str(instance.status), **extra}
-        return Response(body, status=status.HTTP_202_ACCEPTED)
+        response = Response(body, status=status.HTTP_202_ACCEPTED)
+        # Where to poll: the instance the caller named.
+        path = _instance_path(instance)
+        response["Location"] = request.build_absolute_uri(path) if request is not None else path
+        return response
     execution = outcome.execution
     if execution is not None and execution.awaiting_retry is not None:
         wait = float(vnext_setting("SYNC_RETRY_WAIT_SECONDS"))
@@ -405,6 +466,7 @@ class InstanceStartView(ApiView):
             SYNC,
             PAYLOAD_MODE,
             OpenApiParameter("version", str, description="workflow version (default: newest)"),
+            ACCEPTED_LOCATION,
         ],
         responses=responses(
             {200: EnvelopeSerializer, 202: AcceptedSerializer}, 409, 422, body=True
@@ -447,7 +509,7 @@ class InstanceTransitionView(ApiView):
         operation_id="instance_transition_run",
         tags=["instances"],
         request=with_form(TransitionBodySerializer),
-        parameters=[*INSTANCE_PATH, TRANSITION_PATH, SYNC, PAYLOAD_MODE],
+        parameters=[*INSTANCE_PATH, TRANSITION_PATH, SYNC, PAYLOAD_MODE, ACCEPTED_LOCATION],
         responses=responses(
             {200: EnvelopeSerializer, 202: AcceptedSerializer}, 409, 422, body=True
         ),
@@ -494,7 +556,7 @@ class InstanceRetryView(ApiView):
         operation_id="instance_retry",
         tags=["instances"],
         request=with_form(RetryBodySerializer),
-        parameters=[*INSTANCE_PATH, SYNC],
+        parameters=[*INSTANCE_PATH, SYNC, ACCEPTED_LOCATION],
         responses=responses(
             {200: EnvelopeSerializer, 202: AcceptedSerializer}, 409, 422, body=True
         ),
@@ -600,25 +662,42 @@ class InstanceListView(ApiView):
     @extend_schema(
         operation_id="instance_list",
         tags=["instances"],
-        parameters=[*WORKFLOW_PATH, FILTER, SORT, PAGE, PAGE_SIZE, EXTENSIONS],
-        responses=responses({200: InstancePageSerializer}),
+        parameters=[
+            *WORKFLOW_PATH,
+            FILTER,
+            SORT,
+            ORDER_BY,
+            GROUP_BY,
+            AGGREGATIONS,
+            PAGE,
+            PAGE_SIZE,
+            EXTENSIONS,
+        ],
+        responses=responses({200: INSTANCE_LISTING}),
         summary="List instances",
     )
     def get(self, request: Request, domain: str, workflow: str) -> Response:
-        """A page of instances with next/prev links, each with its extensions."""
+        """A page of instances with `self`/`first`/`next`/`prev` links (`""` where there is no
+        such page), each with its extensions; or `{"groups": [...]}` for a `groupBy`."""
         params = request.query_params
         requested = _requested_extensions(request)
         caller = _caller(request)
-        page = instance_list(
+        listing = instance_list(
             domain=domain,
             workflow=workflow,
-            filter_text=params.get("filter"),
+            filters=params.getlist("filter"),
             sort=params.get("sort"),
+            order_by=params.get("orderBy"),
+            group_by=params.get("groupBy"),
+            aggregations=params.get("aggregations"),
             page=params.get("page"),
             page_size=params.get("pageSize"),
             visible=readable_instances(domain, workflow, caller),
             roles=caller.roles,
         )
+        if isinstance(listing, Groups):
+            return Response({"groups": listing.groups})
+        page = listing
 
         def link(number: int) -> str:
             query = params.copy()
@@ -647,8 +726,11 @@ class InstanceListView(ApiView):
                 "pageSize": page.page_size,
                 "hasNext": page.has_next,
                 "links": {
-                    "next": link(page.page + 1) if page.has_next else None,
-                    "prev": link(page.page - 1) if page.page > 1 else None,
+                    "self": link(page.page),
+                    "first": link(1),
+                    # Strings always, as vNext sends them: "" where there is no such page.
+                    "next": link(page.page + 1) if page.has_next else "",
+                    "prev": link(page.page - 1) if page.page > 1 else "",
                 },
             }
         )
@@ -756,10 +838,14 @@ class InstanceFunctionView(ApiView):
         roles = _check_readable(request, definition, snapshot)
         if function == "data":
             requested = _requested_extensions(request)
+            filters = request.query_params.getlist("filter")
+            filtered = any(text.strip() for text in filters)
+            if filtered and not instance_matches(snapshot, filters, roles):
+                return Response(data_function(snapshot) | {"data": None, "extensions": {}})
             version = request.query_params.get("version")
             if version is not None and len(version) > MAX_VERSION_LENGTH:
                 raise VNextError(
-                    Codes.APP_INVALID_REQUEST,
+                    Codes.APP_INVALID_QUERY,
                     f"version is at most {MAX_VERSION_LENGTH} characters",
                     [Violation("/version", f"a data version of at most {MAX_VERSION_LENGTH}")],
                 )
@@ -787,9 +873,12 @@ class InstanceFunctionView(ApiView):
             # Extensions carry live data: never cached, and part of the answer's tag.
             extensions = _extensions(request, definition, snapshot, ReadKind.INSTANCE, requested)
             etag = extensions_etag(etag, extensions)
+            body = data_function(snapshot, shown, etag=etag) | {"extensions": extensions}
+            if filtered:
+                # Whether the filter selects the instance is no part of the ETag: never 304.
+                return Response(body)
             if _not_modified(request, etag):
                 return _etag(Response(status=status.HTTP_304_NOT_MODIFIED), etag)
-            body = data_function(snapshot, shown, etag=etag) | {"extensions": extensions}
             return _etag(Response(body), etag)
         if function == "view":
             headers, query = _headers(request), dict(request.query_params.items())
@@ -838,7 +927,7 @@ class InstanceFunctionView(ApiView):
                 seconds = -1.0
             if not seconds >= 0:  # also NaN
                 raise VNextError(
-                    Codes.APP_INVALID_REQUEST,
+                    Codes.APP_INVALID_QUERY,
                     "wait must be a number of seconds (0 or more)",
                     [Violation("/wait", "a number of seconds, 0 or more")],
                 )
@@ -936,7 +1025,7 @@ def _flag(value: str | None, name: str = "flag") -> bool:
     if text in _FALSE:
         return False
     raise VNextError(
-        Codes.APP_INVALID_REQUEST,
+        Codes.APP_INVALID_QUERY,
         f"{name} must be true or false, not {value!r}",
         [Violation(f"/{name}", "must be true or false")],
     )
@@ -1002,6 +1091,7 @@ InstanceDataFunctionView = _function_view(
             {"type": "string", "maxLength": MAX_VERSION_LENGTH},
             description="the data as of this data version (`1.0.3`); null when it never had it",
         ),
+        DATA_FILTER,
         EXTENSIONS,
     ],
     summary="Data function: the instance data the caller may see",
@@ -1234,7 +1324,7 @@ class DomainFunctionView(ApiView):
         version = request.query_params.get("version")
         if version is not None and len(version) > MAX_VERSION_LENGTH:
             raise VNextError(
-                Codes.APP_INVALID_REQUEST,
+                Codes.APP_INVALID_QUERY,
                 f"version is at most {MAX_VERSION_LENGTH} characters",
                 [Violation("/version", f"a version of at most {MAX_VERSION_LENGTH} characters")],
             )

@@ -19,6 +19,8 @@ class Codes:
     """Every public error code. Add new codes here, nowhere else."""
 
     APP_INVALID_REQUEST = ErrorCode("App:900002", 400, "Request body is invalid")
+    # The same code for a query parameter (`sync`, `wait`, `version`, ...), titled for what it is.
+    APP_INVALID_QUERY = ErrorCode("App:900002", 400, "Query parameter is invalid")
     APP_INVALID_DEFINITION = ErrorCode("App:900006", 400, "Component definition is invalid")
     APP_NOT_FOUND = ErrorCode("App:900004", 404, "Not found")
     APP_AUTHENTICATION = ErrorCode("App:900001", 401, "Authentication required")

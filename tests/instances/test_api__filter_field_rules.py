@@ -1,6 +1,7 @@
 """A filter or sort may not probe what a read hides: on role-matrix-lab's master schema, a field
 `x-roles` leaves out for the caller, or masks, hashes or encrypts for them, is refused with
-400 `invalid_column`, while a caller who reads it clear may filter on it (and everyone on the
+400 `invalid_column` in every form of the query language (filter, sort, groupBy,
+aggregations), while a caller who reads it clear may filter on it (and everyone on the
 unguarded fields)."""
 
 from __future__ import annotations
@@ -53,10 +54,20 @@ def ids(response: Any) -> list[str]:
 def test_a_maker_may_not_filter_or_sort_on_what_it_cannot_read(maker, field):
     maker.started({"attributes": {"caseRef": "case-1"}})
 
+    nested: dict[str, Any] = {"eq": "x"}
+    for segment in reversed(field.split(".")):
+        nested = {segment: nested}
     for response in (
         listed(maker, filter=json.dumps({f"attributes.{field}": {"eq": "x"}})),
+        listed(maker, filter=json.dumps({"attributes": nested})),
+        listed(maker, filter=f"{field}=eq:x"),
         listed(maker, filter=f"attributes.{field} eq 'x'"),
         listed(maker, sort=f"attributes.{field}"),
+        listed(maker, orderBy=json.dumps({"fields": [{"field": f"attributes.{field}"}]})),
+        listed(maker, groupBy=json.dumps({"field": f"attributes.{field}"})),
+        listed(
+            maker, groupBy='{"field": "status"}', aggregations=f'{{"max": "attributes.{field}"}}'
+        ),
     ):
         assert response.status_code == 400, response.content
         assert response.json()["errorCode"] == "invalid_column"

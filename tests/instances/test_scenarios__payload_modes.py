@@ -130,6 +130,21 @@ def test_every_violation_is_reported_at_once(api):
     assert errors["/attributes/rogue"] == "is not allowed"
 
 
+def test_violations_are_vnext_validation_errors_too(api):
+    # SCENARIOS 4.3: 400 App:900002 with error.validationErrors [{members, message}].
+    response = api.start({"attributes": {"session": 7, "customer": {}, "rogue": "x"}})
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "App:900002"
+    assert error["message"].startswith("schema validation failed")
+    by_member = {entry["members"][0]: entry["message"] for entry in error["validationErrors"]}
+    assert set(by_member) == {"session", "customer.ownerUserId", "rogue"}
+    assert by_member["rogue"] == "is not allowed"
+    free = api.start({"session": "s-1", "customer": {}}).json()["error"]["validationErrors"]
+    assert free == [{"members": ["customer.ownerUserId"], "message": "is required"}]
+
+
 def test_free_payload_errors_point_into_the_body_sent(api):
     errors = pointers(api.start({"session": "s-1", "customer": {}}))
 

@@ -52,6 +52,7 @@ def assert_problem(response: Any, status: int, code: str, title: str) -> dict[st
         "status": status,
         "detail": body["detail"],
         "errorCode": code,
+        "error": {"code": code, "message": body["detail"]},  # vNext's own block
     }
     assert body["detail"]
     return body
