@@ -169,9 +169,9 @@ def protection_of(definition: WorkflowDefinition, components: Components) -> Fie
     if "field_protection" in definition.memo:
         found: FieldProtection | None = definition.memo["field_protection"]
         return found
-    reference = definition.attributes.get("schema")
+    reference = definition.master_schema_reference
     protection = None
-    if isinstance(reference, dict):
+    if reference is not None:
         document = components.component("schema", reference) or {}
         paths = encrypted_paths((document.get("attributes") or {}).get("schema"))
         protection = FieldProtection(paths) if paths else None

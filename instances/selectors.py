@@ -19,6 +19,7 @@ from instances.engine.definition import (
     TransitionDef,
     TransitionKind,
     WorkflowDefinition,
+    schema_reference,
 )
 from instances.engine.errors import Codes, VNextError
 from instances.engine.overrides import NO_OVERRIDES, OVERRIDES_KEY, SubflowOverrides
@@ -572,9 +573,9 @@ def master_schema(definition: WorkflowDefinition) -> dict[str, Any] | None:
     `x-masking`, `x-encryption`); None when the data is shown as stored."""
     if "master_schema" in definition.memo:
         return definition.memo["master_schema"]
-    reference = definition.attributes.get("schema")
+    reference = definition.master_schema_reference
     found = None
-    if isinstance(reference, dict):
+    if reference is not None:
         document = engine().components.component("schema", reference) or {}
         schema = (document.get("attributes") or {}).get("schema")
         found = schema if isinstance(schema, dict) and has_field_rules(schema) else None
@@ -816,7 +817,9 @@ def schema_function(
 ) -> dict[str, Any]:
     """`functions/schema?transitionKey=`: the transition's (or master) schema; 404 if none."""
     transition = _transition_for_function(definition, instance, transition_key)
-    reference = (transition.raw if transition else definition.attributes).get("schema")
+    reference = schema_reference(
+        (transition.raw if transition else definition.attributes).get("schema")
+    )
     document = engine().components.component("schema", reference) if reference else None
     if document is None:
         raise VNextError(Codes.APP_NOT_FOUND, "no schema here", instance_id=str(instance.id))

@@ -19,6 +19,7 @@ from instances.engine.definition import (
     TransitionDef,
     TransitionKind,
     WorkflowDefinition,
+    schema_reference,
 )
 from instances.engine.errors import Codes, ErrorCode, VNextError
 from instances.engine.outcomes import (
@@ -117,8 +118,8 @@ def _checked_payload(
     definition: WorkflowDefinition, transition: TransitionDef, body: Any, info: RequestInfo
 ) -> Payload:
     payload = split_payload(body, info.payload_mode)
-    reference = transition.raw.get("schema")
-    if isinstance(reference, dict):
+    reference = schema_reference(transition.raw.get("schema"))
+    if reference is not None:
         component = engine().components.component("schema", reference)
         if component is None:
             raise VNextError(

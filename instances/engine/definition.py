@@ -191,6 +191,14 @@ class StateDef:
         return value
 
 
+def schema_reference(node: Any) -> dict[str, Any] | None:
+    """The component reference a `schema` field holds: `{key, domain, flow, version}`, also
+    written nested as `{"schema": {...}}` (the vNext runtime takes both); None when empty."""
+    if isinstance(node, dict) and set(node) == {"schema"} and isinstance(node["schema"], dict):
+        node = node["schema"]
+    return node if isinstance(node, dict) and node else None
+
+
 class WorkflowDefinition:
     """The parsed workflow. Lookups are by key; nothing here touches a database."""
 
@@ -219,6 +227,11 @@ class WorkflowDefinition:
         self.exit = self._special("exit", TransitionKind.EXIT)
         self.update_data = self._special("updateData", TransitionKind.UPDATE_DATA)
         self.timeout = self._special("timeout", TransitionKind.TIMEOUT)
+
+    @property
+    def master_schema_reference(self) -> dict[str, Any] | None:
+        """The master schema (`attributes.schema`) every write of instance data must keep to."""
+        return schema_reference(self.attributes.get("schema"))
 
     def runs_sync(self, transition: TransitionDef | None, requested: bool) -> bool:
         """Whether a client's start or transition runs synchronously: the transition's

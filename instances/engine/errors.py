@@ -58,6 +58,9 @@ class Codes:
     TRANSITION_NOT_AVAILABLE = ErrorCode(
         "Transition:100020", 400, "Transition not available in the current state"
     )
+    DATA_SCHEMA_VIOLATION = ErrorCode(
+        "Instance:SchemaViolation", 422, "Instance data does not match the master schema"
+    )
     TRANSITION_SUPERSEDED = ErrorCode(
         "Transition:Superseded",
         409,

@@ -128,8 +128,20 @@ def validate_attributes(
     schema: dict[str, Any], attributes: Any, *, prefix: str = "/attributes"
 ) -> None:
     """Raise 400 `App:900002` listing every place `attributes` breaks `schema`."""
+    unique = schema_violations(schema, attributes, prefix=prefix)
+    if unique:
+        raise VNextError(
+            Codes.APP_INVALID_REQUEST,
+            f"the request body does not match the transition's schema ({len(unique)} problem(s))",
+            violations=unique,
+        )
+
+
+def schema_violations(schema: dict[str, Any], value: Any, *, prefix: str = "") -> list[Violation]:
+    """Every place `value` breaks the JSON Schema `schema`, as JSON pointers under `prefix`
+    (a missing required property at its own pointer), each once."""
     violations = []
-    for error in _validator(schema).iter_errors(attributes):
+    for error in _validator(schema).iter_errors(value):
         leaf = best_match([error])
         path = "".join(
             "/" + str(part).replace("~", "~0").replace("/", "~1") for part in leaf.absolute_path
@@ -146,10 +158,4 @@ def validate_attributes(
                 violations.append(Violation(f"{prefix}{path}/{extra}", "is not allowed"))
             continue
         violations.append(Violation(prefix + path, message))
-    if violations:
-        unique = list(dict.fromkeys(violations))
-        raise VNextError(
-            Codes.APP_INVALID_REQUEST,
-            f"the request body does not match the transition's schema ({len(unique)} problem(s))",
-            violations=unique,
-        )
+    return list(dict.fromkeys(violations))

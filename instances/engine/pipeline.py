@@ -29,9 +29,10 @@ from instances.engine.boundaries import (
     error_type_of,
 )
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
-from instances.engine.errors import Codes, VNextError
+from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.fan_out import DEFAULT_MAX_CONCURRENT_ITEMS, Bulkhead
 from instances.engine.outcomes import PipelineFault, PipelineSuperseded, Rejected
+from instances.engine.payload import schema_violations
 from instances.engine.ports import (
     Components,
     DataChanged,
@@ -164,6 +165,17 @@ class Engine:
             Bulkhead(self.config.fan_out_max_concurrent_items),
         )
         self.steps = STEPS
+
+    def master_schema(self, definition: WorkflowDefinition) -> dict[str, Any] | None:
+        """The JSON Schema of the workflow's master schema component, or None (memoised on the
+        definition: published versions are immutable)."""
+        if "master_json_schema" not in definition.memo:
+            reference = definition.master_schema_reference
+            document = self.components.component("schema", reference) if reference else None
+            schema = ((document or {}).get("attributes") or {}).get("schema")
+            definition.memo["master_json_schema"] = schema if isinstance(schema, dict) else None
+        found: dict[str, Any] | None = definition.memo["master_json_schema"]
+        return found
 
     def automatic_transition(
         self, definition: WorkflowDefinition, instance: InstanceSnapshot
@@ -453,6 +465,7 @@ class Execution:
             or writes.parent_correlation_status is not None
         )
         for _ in range(MAX_DATA_REDERIVES):
+            self._check_master_schema()
             try:
                 committed = self.engine.store.flush(self.instance, writes, self.guard_for_flush())
                 break
@@ -508,6 +521,24 @@ class Execution:
         message += "the results that came after were dropped"
         logger.warning("instance %s: %s", self.instance.id, message)
         raise PipelineSuperseded(code, message, self.instance.id)
+
+    def _check_master_schema(self) -> None:
+        """Every write of instance data keeps to the workflow's master schema (vNext
+        `flow/schema.md`): the data it leads to is checked before it is written, and a write
+        that breaks it faults the instance (with the pointers) instead."""
+        if not self.writes.data_patch:
+            return
+        schema = self.engine.master_schema(self.definition)
+        if schema is None:
+            return
+        violations = schema_violations(schema, self.instance.data)
+        if violations:
+            listed = "; ".join(f"{v.pointer or '/'}: {v.message}" for v in violations[:10])
+            raise DataSchemaViolation(
+                f"the instance data does not match the workflow's master schema "
+                f"({len(violations)} problem(s)): {listed}",
+                violations,
+            )
 
     def _refusal(self) -> Rejected | _OwnershipLost:
         """Why a flush's guard failed (nothing was written)."""
@@ -633,6 +664,12 @@ class Execution:
         Faulted, the hop's history row and an incident say why (task, step, attempt, code), the
         state's timers are cancelled and the instance's locks released. If the database refuses
         the pending writes themselves, the fault is written without them."""
+        if isinstance(exc, DataSchemaViolation) and self.lock_free and not self.committed:
+            # An updateData holds no Busy and has written nothing: refused (422, the pointers),
+            # never a fault a concurrent transition's run would be stomped by.
+            raise Rejected(
+                exc.error, exc.detail, violations=exc.violations, instance_id=str(self.instance.id)
+            )
         code, http_status, message = _describe_failure(exc)
         message += note
         now = self.engine.clock()
@@ -652,7 +689,8 @@ class Execution:
             boundary_action=decision.rule.action.title if decision else "",
             boundary_level=str(decision.level) if decision else "",
         )
-        if isinstance(exc, StoreRefused):
+        if isinstance(exc, StoreRefused | DataSchemaViolation):
+            # Nothing of what was refused is written: the fault alone, at the data as it was.
             self._drop_refused_writes(row, incident)
         # What the faulting hop's notification tasks staged is not sent: a retry runs them
         # again (messages of an earlier hop, or committed at ChangeState, stand).
@@ -896,6 +934,14 @@ class Execution:
             stage=hop.request.stage,
         )
         return hop.row
+
+
+class DataSchemaViolation(VNextError):
+    """A write would leave the instance data breaking its master schema: nothing of it is
+    written and the instance faults, the incident naming the pointers."""
+
+    def __init__(self, detail: str, violations: list[Violation]) -> None:
+        super().__init__(Codes.DATA_SCHEMA_VIOLATION, detail, violations=violations)
 
 
 class _OwnershipLost(Exception):

@@ -189,7 +189,7 @@ def shown_data(
             if not isinstance(rule, dict):
                 shown[name] = value
                 continue
-            if decide(rule.get("x-roles"), roles) is False:
+            if decide(field_grants(rule), roles) is False:
                 continue
             here = (*path, name)
             masking = rule.get("x-masking")
@@ -209,6 +209,16 @@ def shown_data(
     return data
 
 
+def field_grants(rule: dict[str, Any]) -> Any:
+    """Who may read a master-schema property: its `x-roles`, or the `roles` grant list vNext
+    reads since v0.0.39 (`flow/schema.md`); both, when both are given (a deny in either
+    refuses)."""
+    own, vnext = rule.get("x-roles"), rule.get("roles")
+    if isinstance(own, list) and isinstance(vnext, list):
+        return [*own, *vnext]
+    return own if own is not None else vnext
+
+
 def unreadable_paths(schema: Any, roles: frozenset[str], path: Path = ()) -> frozenset[Path]:
     """The data paths a caller holding `roles` cannot read as stored: left out by `x-roles`,
     or masked, hashed or encrypted for them (not exempt). A filter or sort there would let the
@@ -222,7 +232,7 @@ def unreadable_paths(schema: Any, roles: frozenset[str], path: Path = ()) -> fro
         here = (*path, str(name))
         masking, encryption = rule.get("x-masking"), rule.get("x-encryption")
         if (
-            decide(rule.get("x-roles"), roles) is False
+            decide(field_grants(rule), roles) is False
             or (isinstance(masking, dict) and not exempt(masking.get("roles"), roles))
             or (isinstance(encryption, dict) and not exempt(encryption.get("roles"), roles))
         ):
@@ -237,6 +247,8 @@ def has_field_rules(schema: Any) -> bool:
     passes as is)."""
     if isinstance(schema, dict):
         if "x-roles" in schema or "x-masking" in schema or "x-encryption" in schema:
+            return True
+        if isinstance(schema.get("roles"), list):  # the v0.0.39 `roles` grant list
             return True
         return any(has_field_rules(value) for value in schema.values())
     if isinstance(schema, list):

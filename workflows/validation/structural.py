@@ -160,6 +160,16 @@ def _walk(node: Any) -> Any:
             yield from _walk(value)
 
 
+_REFERENCE = {"$ref": "#/definitions/reference"}
+_NESTED_REFERENCE = {
+    "type": "object",
+    "description": "A reference written nested in a `schema` object",
+    "required": ["schema"],
+    "properties": {"schema": {"$ref": "#/definitions/reference"}},
+    "additionalProperties": False,
+}
+
+
 def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
     schema = copy.deepcopy(schema)
     for node in _walk(schema):
@@ -177,6 +187,14 @@ def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
         # overrides the request's `?sync`, the transition's first.
         schema["properties"]["attributes"]["properties"]["executionType"] = EXECUTION_TYPE
         definitions = schema.get("definitions") or {}
+        # A `schema` reference may also be written nested, `{"schema": {key, domain, ...}}`, as
+        # the vNext runtime takes it (instances/engine/definition.py `schema_reference`).
+        for node in list(_walk(schema)):
+            properties = node.get("properties")
+            field = properties.get("schema") if isinstance(properties, dict) else None
+            alternatives = field.get("anyOf") if isinstance(field, dict) else None
+            if isinstance(alternatives, list) and _REFERENCE in alternatives:
+                alternatives.append(_NESTED_REFERENCE)
         # The vNext runtime publishes a start transition without `triggerType`, and authors'
         # files leave it out: it can only be manual (`const: 0`), so an absent one is manual
         # (the engine reads an absent triggerType as 0).
