@@ -835,6 +835,16 @@ class InstanceFunctionView(ApiView):
             return self._state(request, definition, snapshot)
         if function == "authorize":
             return _authorize(request, definition, snapshot)
+        if function == "data" and request.query_params.get("version") is None:
+            # A parent waiting on a SubFlow chain answers with the data of the leaf its state
+            # function describes (vNext: the leaf is what a client drives, through the parent's
+            # URL); `GET` instance keeps the parent's own data.
+            levels = subflow_chain(snapshot)
+            if levels:
+                snapshot = levels[-1].child
+                definition = workflow_definition(
+                    snapshot.domain, snapshot.workflow_key, snapshot.workflow_version
+                )
         roles = _check_readable(request, definition, snapshot)
         if function == "data":
             requested = _requested_extensions(request)

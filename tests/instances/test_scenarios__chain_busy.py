@@ -150,6 +150,19 @@ def test_a_leaf_transition_sent_to_the_root_is_forwarded_down_the_chain(root):
     assert where(top, middle, leaf)[2] == ("leaf-waiting", "A")
 
 
+def test_the_roots_data_function_shows_the_leaf_it_drives_at_once(root):
+    # A forwarded transition's write shows through the root's data function while the chain
+    # is active (the state function describes the leaf too); GET instance keeps the root's own.
+    root_id = root.started()
+    root.fired(root_id, "leaf-only-mark")
+    _, _, leaf = fresh(*chain(root_id))
+    shown = root.client.get(root.url(root_id, "functions", "data")).json()
+    assert shown["data"] == leaf.data
+    assert shown["data"]["leafOnlyMarks"] == 1
+    own = root.client.get(root.url(root_id)).json()
+    assert "leafOnlyMarks" not in own["attributes"]
+
+
 def test_an_unknown_transition_sent_to_the_root_is_refused_by_the_leaf(root):
     root_id = root.started()
     response = root.fire(root_id, "no-such-transition")
