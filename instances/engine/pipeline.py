@@ -281,6 +281,9 @@ class Execution:
         # A flush started children, ended them, or closed this instance's own correlation:
         # the caller runs the hand-off jobs that follow (child starts, parent resumes).
         self.relays = False
+        # The hops (by id) whose data a commit has versioned already (`strategy_for`).
+        self.versioned_hops: set[int] = set()
+        self.current_hop: Hop | None = None
         # An updateData committed and the automatic chain after it continues as a plain run.
         self.chained_after_update = False
         # The state whose automatic transitions a job evaluates again (set when the chain
@@ -348,11 +351,20 @@ class Execution:
         self.hops.append(hop)
         return hop
 
+    def strategy_for(self, hop: Hop) -> str:
+        """The version strategy a data write of `hop` is staged with: the transition's, once
+        per hop — a hop whose data an earlier commit already versioned (a Busy hop commits at
+        ChangeState and again at its end) adds to that version instead of bumping twice."""
+        if id(hop) in self.versioned_hops:
+            return "None"
+        return hop.transition.version_strategy
+
     def _run_hop(self, hop: Hop) -> None:
         """Run one hop, counted and timed by outcome (`vnext_transitions`), inside a
         `transition` span, its log lines bound to the instance and the transition."""
         key = hop.transition.key
         instance = self.instance
+        self.current_hop = hop
         started = time.perf_counter()
         outcome = "faulted"
         with (
@@ -480,6 +492,12 @@ class Execution:
         self.relays = self.relays or (relays and committed is not None)
         if committed is None:
             raise self._refusal()
+        if (
+            self.current_hop is not None
+            and writes.data_patch
+            and committed.data_version != self.instance.data_version
+        ):
+            self.versioned_hops.add(id(self.current_hop))
         self._refresh(committed)
 
     def _defer_automatic(self, hop: Hop) -> None:

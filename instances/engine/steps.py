@@ -112,7 +112,7 @@ def _run_tasks(
         execution.writes.tasks.extend(outcome.item_rows)
         if outcome.response is not None:
             execution.task_responses[outcome.key] = outcome.response
-        _merge_data(execution, outcome.patch, hop.transition.version_strategy, outcome.rederive)
+        _merge_data(execution, outcome.patch, execution.strategy_for(hop), outcome.rederive)
         _enqueue_notifications(execution, hop, outcome)
 
     execution.engine.tasks.run(
@@ -299,7 +299,7 @@ class ParentUpdateDataDataOnlyStep(Step):
         # the state lifecycle and the epilogue are skipped (the child is running its part).
         patch = hop.request.attributes
         if isinstance(patch, dict) and patch:
-            _merge_data(execution, patch, hop.transition.version_strategy)
+            _merge_data(execution, patch, execution.strategy_for(hop))
         hop.data_only = True
         return Outcome.skip_to_finalize()
 
@@ -396,13 +396,13 @@ class OnExecuteStep(Step):
             _merge_data(
                 execution,
                 patch if isinstance(patch, dict) else {},
-                transition.version_strategy,
+                execution.strategy_for(hop),
                 _mapping_rederive(execution, hop, mapping),
             )
         else:
             patch = hop.request.attributes
             if isinstance(patch, dict) and patch:
-                _merge_data(execution, patch, transition.version_strategy)
+                _merge_data(execution, patch, execution.strategy_for(hop))
         _run_tasks(execution, hop, transition.tasks, "onExecute")
         return Outcome.proceed()
 
@@ -615,7 +615,7 @@ class ClearBusyOnResumeStep(Step):
 
         mapping = (state.subflow or {}).get("mapping")
         reads = isinstance(mapping, dict) and bool(mapping.get("code"))
-        _merge_data(execution, derive(), hop.transition.version_strategy, derive if reads else None)
+        _merge_data(execution, derive(), execution.strategy_for(hop), derive if reads else None)
         return Outcome.proceed()
 
 

@@ -76,3 +76,42 @@ def test_each_later_write_bumps_by_its_transitions_strategy(operator_client, str
     expected = ["1.0.0"] if strategy == "None" else ["1.0.0", after]
     assert versions(instance_id) == expected
     assert InstanceDataVersion.objects.get(instance_id=instance_id, version=after).data == {"n": 2}
+
+
+def test_a_busy_hop_committing_twice_moves_the_data_version_once(operator_client):
+    # `advance` writes its payload, commits at ChangeState (its target has onEntries doing
+    # I/O: Busy), then its onEntry task's output: one transition, one new version.
+    from tests.instances.http_server import http_server
+    from tests.instances.workflows import http_ref, http_task
+
+    with http_server() as base_url:
+        publish(
+            http_task("ok-call", f"{base_url}/ok"),
+            workflow(
+                [
+                    state("ready", 1, [transition("advance", "entered", versionStrategy="Minor")]),
+                    state(
+                        "entered",
+                        2,
+                        [transition("back", "ready")],
+                        onEntries=[http_ref("ok-call"), task_ref({"entered": True}, order=2)],
+                    ),
+                ],
+                key="versioned",
+            ),
+        )
+        started = operator_client.post(f"{BASE}/start?sync=true", {"n": 1}, format="json")
+        instance_id = started.json()["id"]
+        moved = operator_client.patch(
+            f"{BASE}/{instance_id}/transitions/advance?sync=true", {"m": 2}, format="json"
+        )
+        assert moved.status_code == 200, moved.json()
+    instance = Instance.objects.get(pk=instance_id)
+    assert instance.data == {"n": 1, "m": 2, "entered": True}
+    assert instance.data_version == "1.1.0"
+    assert versions(instance_id) == ["1.0.0", "1.1.0"]
+    assert InstanceDataVersion.objects.get(instance=instance, version="1.1.0").data == {
+        "n": 1,
+        "m": 2,
+        "entered": True,
+    }
