@@ -56,7 +56,7 @@ from instances.field_encryption import (
     seal_request,
     sealed_writes,
 )
-from instances.filters import parse_filter
+from instances.filters import parse_filter, parse_sort
 from instances.models import (
     Correlation,
     Incident,
@@ -1192,16 +1192,21 @@ class OrmInstanceReader:
         domain: str,
         workflow: str,
         *,
-        filter_text: str | dict[str, Any] | None,
+        filter_text: str | dict[str, Any] | list[Any] | None,
         page: int,
         page_size: int,
+        sort: str | None = None,
     ) -> list[dict[str, Any]]:
-        """A page of instances, newest first; `filter_text` in the list API's query language
-        (a string in any of its forms, or a task config's JSON filter object)."""
+        """A page of instances, newest first unless `sort` says otherwise; `filter_text` in
+        the list API's query language (a string in any of its forms, a task config's JSON
+        filter object, or a list of them that must all hold)."""
         queryset = Instance.objects.filter(domain=domain, workflow_key=workflow)
-        sealed = sealed_paths(domain, workflow) if filter_text else frozenset()
-        queryset = queryset.filter(parse_filter(filter_text, sealed=sealed))
-        queryset = queryset.order_by("-created_at", "-id")
+        sealed = sealed_paths(domain, workflow) if filter_text or sort else frozenset()
+        filters = filter_text if isinstance(filter_text, list) else [filter_text]
+        for one in filters:
+            queryset = queryset.filter(parse_filter(one or None, sealed=sealed))
+        terms = parse_sort(sort, sealed=sealed) if sort else []
+        queryset = queryset.order_by(*terms, "-created_at", "-id")
         start = (max(page, 1) - 1) * page_size
         return [_public(row, clear=False) for row in queryset[start : start + page_size]]
 

@@ -143,9 +143,18 @@ class InstanceReader(Protocol):
         ...
 
     def instances(
-        self, domain: str, workflow: str, *, filter_text: str | None, page: int, page_size: int
+        self,
+        domain: str,
+        workflow: str,
+        *,
+        filter_text: str | dict[str, Any] | list[Any] | None,
+        page: int,
+        page_size: int,
+        sort: str | None = None,
     ) -> list[dict[str, Any]]:
-        """A page of instances of a workflow."""
+        """A page of instances of a workflow: `filter_text` in the list API's query language (a
+        string in any form, a JSON filter object, or a list of them all of which must hold),
+        `sort` as its `sort` parameter (default newest first)."""
         ...
 
     def may_reach(self, domain: str, workflow: str, target_domain: str) -> bool:

@@ -702,6 +702,23 @@ def test_the_get_instances_reader_takes_the_documented_filters(rows, config_filt
     assert {label_of[item["id"]] for item in items} == expected
 
 
+def test_the_get_instances_reader_takes_a_list_of_filters_and_a_sort(rows):
+    # A task config's `filter` list: every one must hold; its `sort` orders the page.
+    items = OrmInstanceReader().instances(
+        "core",
+        FLOW,
+        filter_text=['{"status":{"eq":"active"}}', {"attributes": {"amount": {"gt": "1000"}}}],
+        page=1,
+        page_size=50,
+        sort="attributes.amount",
+    )
+    label_of = {instance_id: label for label, instance_id in rows.items()}
+    labels = [label_of[item["id"]] for item in items]
+    assert set(labels) == {"p1", "p3"}
+    amounts = [item["data"]["amount"] for item in items]
+    assert amounts == sorted(amounts)
+
+
 # --- event mappings that answer a filter ------------------------------------------------------
 
 NUDGE_MAPPING = """

@@ -44,12 +44,14 @@ def execute_get_instances(call: TaskCall) -> StandardResponse:
     if call.reader is None:
         raise TaskFailure(Codes.TASK_UNSUPPORTED, "no instance reader is configured")
     filters = task.get("filter")
-    filter_text = " and ".join(filters) if isinstance(filters, list) else filters
+    sort = task.get("sort")
     items = call.reader.instances(
         own_domain(call),
         str(task.get("flow") or ""),
-        filter_text=filter_text or None,
+        # A string in any form, a JSON filter object, or a list of them that must all hold.
+        filter_text=filters or None,
         page=int(task.get("page") or 1),
         page_size=int(task.get("page_size") or 10),
+        sort=str(sort) if sort else None,
     )
     return StandardResponse(status_code=200, data={"items": items})
