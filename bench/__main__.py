@@ -8,6 +8,8 @@ other suites use no database.
 
 `python -m bench soak [options]` is the fault-injection soak (bench/soak.py), never part of the
 default list: it runs the production topology with Celery for many minutes in `vnext_soak`.
+`python -m bench scale [--instances N]` measures every read at 2,000 and at N instances
+(bench/bench_scale.py); it is not in the default list either (it builds a million rows).
 """
 
 from __future__ import annotations
@@ -44,6 +46,21 @@ def main(argv: list[str]) -> None:
         from bench.soak import main as soak
 
         soak(argv[1:])
+        return
+    if argv[:1] == ["scale"]:
+        # Not a suite of `make bench` either: it builds a million instances (bench/bench_scale.py).
+        from bench.database import use_bench_database
+
+        use_bench_database()
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+        django.setup()
+        from bench.bench_scale import main as scale
+        from bench.summary import print_summary
+
+        try:
+            scale(argv[1:])
+        finally:
+            print_summary()
         return
     names = argv or list(SUITES)
     unknown = [name for name in names if name not in SUITES]
