@@ -114,10 +114,10 @@ WORKFLOW = {
 
 # Statuses and states of the generated instances, by n % 20: 14 completed, 5 live, 1 faulted.
 _SPREAD = """
-CASE WHEN n % 20 < 14 THEN 'C' WHEN n % 20 < 19 THEN 'A' ELSE 'F' END
+CASE WHEN n %% 20 < 14 THEN 'C' WHEN n %% 20 < 19 THEN 'A' ELSE 'F' END
 """
 _STATE = """
-CASE WHEN n % 20 < 14 THEN 'approved' WHEN n % 20 < 17 THEN 'draft' ELSE 'review' END
+CASE WHEN n %% 20 < 14 THEN 'approved' WHEN n %% 20 < 17 THEN 'draft' ELSE 'review' END
 """
 
 
@@ -147,16 +147,16 @@ WITH made AS (
     state_version, busy_owner, busy_since, tags, stage, extra, created_by, modified_by,
     created_at, updated_at, completed_at)
   SELECT gen_random_uuid(), '{DOMAIN}', %(flow)s, '1.0.0', 'ORD-' || n, {_SPREAD}, {_STATE},
-    {_STATE}, CASE WHEN n % 20 < 14 THEN 'final' ELSE 'intermediate' END,
-    CASE WHEN n % 20 < 14 THEN 'success' ELSE 'none' END,
-    jsonb_build_object('customerId', 'C-' || (n % 50000), 'amount', (n * 7919) % 10000,
-      'region', 'R' || (n % 8), 'note', 'n-' || n),
+    {_STATE}, CASE WHEN n %% 20 < 14 THEN 'final' ELSE 'intermediate' END,
+    CASE WHEN n %% 20 < 14 THEN 'success' ELSE 'none' END,
+    jsonb_build_object('customerId', 'C-' || (n %% 50000), 'amount', (n * 7919) %% 10000,
+      'region', 'R' || (n %% 8), 'note', 'n-' || n),
     1, 2, 0, md5(n::text), md5('e' || n), 2, '', NULL, '[]'::jsonb, '', '{{}}'::jsonb,
     'bench', 'bench',
-    now() - ((n % 180) || ' days')::interval - ((n % 86400) || ' seconds')::interval,
-    now() - ((n % 180) || ' days')::interval,
-    CASE WHEN n % 20 < 14 THEN now() - ((n % 180) || ' days')::interval END
-  FROM generate_series(%(first)s, %(last)s) AS n
+    now() - ((n %% 180) || ' days')::interval - ((n %% 86400) || ' seconds')::interval,
+    now() - ((n %% 180) || ' days')::interval,
+    CASE WHEN n %% 20 < 14 THEN now() - ((n %% 180) || ' days')::interval END
+  FROM generate_series(%(first)s::int, %(last)s::int) AS n
   RETURNING id, created_at, data
 ), history AS (
   INSERT INTO instances_instancetransition (id, instance_id, transition_key, from_state,
