@@ -51,6 +51,7 @@ from instances.filters import (
     sort_keys_of,
     sort_terms,
 )
+from instances.indexes import flag_unindexed, unindexed_fields
 from instances.models import (
     Correlation,
     Incident,
@@ -79,6 +80,8 @@ class Page:
     page: int
     page_size: int
     has_next: bool
+    # Data fields filtered or sorted on that no index serves, on a big table (`flag_unindexed`).
+    unindexed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class Groups:
     """A listing grouped by `groupBy`: `{name, count?, sum?, avg?, min?, max?}` per group."""
 
     groups: list[dict[str, Any]]
+    unindexed: tuple[str, ...] = ()
 
 
 def instance_list(
@@ -114,16 +118,22 @@ def instance_list(
     if visible is not None:
         queryset = queryset.filter(visible)
     targets = [*query.targets(), *(key.target for key in keys)]
+    unindexed: list[str] = []
     if data_paths(targets):
         # Refused: paths holding cipher text, and paths the caller may not read as stored.
         check_sealed(targets, sealed_paths(domain, workflow) | _unreadable(domain, workflow, roles))
+        newest = engine().components.workflow(domain, workflow, None)
+        unindexed = unindexed_fields(newest, query, [] if query.group else keys)
     queryset = queryset.filter(filter_q(query.filter))
     if query.group is not None:
-        return Groups(grouped(queryset, query.group))
+        flagged = flag_unindexed(queryset, unindexed, domain=domain, workflow=workflow)
+        return Groups(grouped(queryset, query.group), flagged)
     queryset = queryset.order_by(*sort_terms(keys))
     start = (number - 1) * size
-    rows = list(queryset[start : start + size + 1])
-    return Page(rows[:size], number, size, len(rows) > size)
+    page_query = queryset[start : start + size + 1]
+    flagged = flag_unindexed(page_query, unindexed, domain=domain, workflow=workflow)
+    rows = list(page_query)
+    return Page(rows[:size], number, size, len(rows) > size, flagged)
 
 
 def instance_matches(

@@ -89,6 +89,10 @@ DEFAULTS: dict[str, Any] = {
     "BUSY_LEASE_SECONDS": 300.0,
     # Worker threads of the embedded (in-process) job runner.
     "EMBEDDED_RUNNER_THREADS": 4,
+    # From this many rows in the instance table (the planner's estimate), a listing that
+    # filters or sorts on a data field no search index serves answers `X-VNext-Unindexed` and
+    # logs its plan's cost (README "Search indexes").
+    "UNINDEXED_WARN_ROWS": 100_000,
 }
 
 

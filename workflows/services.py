@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from instances.engine.definition import schema_reference
 from instances.engine.errors import Codes, Violation, VNextError
+from instances.indexes import missing_field_indexes
 from workflows.documents import PUBLISH_ORDER, ComponentKind, ComponentRef, Version, detect_kind
 from workflows.models import Component
 from workflows.selectors import component_document
 from workflows.validation import validate_component
+
+logger = logging.getLogger(__name__)
 
 
 def content_hash(document: Any) -> str:
@@ -108,7 +113,38 @@ def component_publish(
         if raced is None:
             raise
         return _same_or_conflict(raced, digest)
+    if kind == ComponentKind.WORKFLOW:
+        _report_pending_indexes(ref, document, resolver or RegistryResolver())
     return PublishResult(ref, "published", component)
+
+
+def _report_pending_indexes(
+    ref: ComponentRef, document: dict[str, Any], resolver: RegistryResolver
+) -> None:
+    """Log the search indexes a new workflow version's `x-indexed` fields still lack.
+    Publishing never waits for an index build: an operator reviews and builds them."""
+    attributes = document.get("attributes")
+    reference = ComponentRef.from_reference(
+        schema_reference(attributes.get("schema") if isinstance(attributes, dict) else None)
+    )
+    master = resolver.resolve(reference) if reference is not None else None
+    schema = (master.get("attributes") or {}).get("schema") if isinstance(master, dict) else None
+    missing = missing_field_indexes(ref.domain, ref.key, schema)
+    if missing:
+        fields = sorted({spec.target for spec in missing})
+        workflow = f"{ref.domain}/{ref.key}"
+        logger.warning(
+            "%s %s: the search indexes of its x-indexed fields %s are not built yet (%d "
+            "missing); listings filtering or sorting on them read the whole workflow until an "
+            "operator runs manage.py indexes_plan --workflow %s (to review) and manage.py "
+            "indexes_apply --workflow %s",
+            workflow,
+            ref.version,
+            ", ".join(fields),
+            sum(not spec.statistics for spec in missing),
+            workflow,
+            workflow,
+        )
 
 
 def _existing(ref: ComponentRef) -> Component | None:

@@ -696,7 +696,7 @@ class InstanceListView(ApiView):
             roles=caller.roles,
         )
         if isinstance(listing, Groups):
-            return Response({"groups": listing.groups})
+            return _unindexed(Response({"groups": listing.groups}), listing.unindexed)
         page = listing
 
         def link(number: int) -> str:
@@ -712,7 +712,7 @@ class InstanceListView(ApiView):
             headers=_headers(request),
             query=dict(params.items()),
         )
-        return Response(
+        response = Response(
             {
                 "items": [
                     {
@@ -734,6 +734,18 @@ class InstanceListView(ApiView):
                 },
             }
         )
+        return _unindexed(response, page.unindexed)
+
+
+UNINDEXED_HEADER = "X-VNext-Unindexed"
+
+
+def _unindexed(response: Response, fields: tuple[str, ...]) -> Response:
+    """Name, in `X-VNext-Unindexed`, the data fields a listing on a big table filtered or
+    sorted on without an index (the answer is right, only slow)."""
+    if fields:
+        response[UNINDEXED_HEADER] = ", ".join(fields)
+    return response
 
 
 class InstanceHistoryView(ApiView):

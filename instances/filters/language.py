@@ -694,7 +694,6 @@ _TIME = (
     "(?:Z|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])?)?"
 )
 INSTANT_PATTERN = _DATE + _TIME
-OFFSET_PATTERN = "(?:Z|[+-][0-9]{2}:[0-9]{2})"
 _INSTANT = re.compile(INSTANT_PATTERN)
 _NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _INT64 = 2**63

@@ -16,6 +16,13 @@ runtime's rules):
   matches only stored values of that JSON type.
 - `like` is "contains", case-insensitive; `startswith` and `endswith` are case-sensitive; all
   three match text only (strings in data, text columns).
+
+Indexes (`instances.indexes` builds them from the expressions below, so PostgreSQL matches
+them exactly): a data comparison is a JSON type guard and a `jsonb` comparison, both columns of
+one B-tree, so each typed branch of a comparison is one tight index range; a date comparison
+goes through the immutable `vnext_instant(text)` (migration 0012) instead of casts an index
+cannot hold; `like` and the case-insensitive `LIKE` beside each `startswith` / `endswith` read
+`UPPER(text)`, which a trigram index serves.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from django.db.models import (
     BooleanField,
     CharField,
     Count,
+    DateTimeField,
     DecimalField,
     Expression,
     ExpressionWrapper,
@@ -57,19 +65,20 @@ from django.db.models.fields.json import (  # type: ignore[attr-defined]
     KeyTransformGt,
     KeyTransformGte,
     KeyTransformIContains,
+    KeyTransformIEndsWith,
+    KeyTransformIStartsWith,
     KeyTransformLt,
     KeyTransformLte,
     KeyTransformRegex,
     compile_json_path,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Cast, Coalesce, Upper
 from django.db.models.lookups import Exact, Lookup
 from django.db.models.sql.compiler import SQLCompiler
 
 from instances.filters.language import (
     INSTANT_PATTERN,
     MAX_GROUPS,
-    OFFSET_PATTERN,
     TEXT_MATCH_OPERATORS,
     AllOf,
     Column,
@@ -178,7 +187,8 @@ def _column_condition(column: Column, op: str, value: Any) -> Q:
     if op == "like":
         return Q(**{f"{field}__icontains": value})
     if op in ("startswith", "endswith"):
-        return Q(**{f"{field}__regex": _anchored(op, value)})
+        implied = Q(**{f"{field}__i{op}": value})
+        return implied & Q(**{f"{field}__regex": _anchored(op, value)})
     matched = Q(**{f"{field}__{_FIELD_LOOKUPS['eq' if op == 'ne' else op]}": value})
     return ~matched if op == "ne" else matched
 
@@ -200,7 +210,8 @@ def _data_condition(path: DataPath, op: str, value: Any) -> Q:
         if op == "like":
             match = Q(KeyTransformIContains(target, value))
         else:
-            match = Q(KeyTransformRegex(target, _anchored(op, value)))
+            implied = _IMPLIED_LIKE[op](target, value)
+            match = Q(implied) & Q(KeyTransformRegex(target, _anchored(op, value)))
         return _is(path.path, "string") & match
     return _compare(path.path, op, value)
 
@@ -224,6 +235,12 @@ def _compare(path: tuple[str, ...], op: str, value: Any) -> Q:
     else:
         parts.append(_is(path, "string") & Q(_InstantOrText(path, op, instant, value)))
     return _any_of(parts)
+
+
+# A case-sensitive prefix (suffix) is also a case-insensitive one, as `UPPER` maps characters
+# one by one: the `LIKE` is implied, and there for the trigram index on `UPPER(text)` (the
+# regex that decides cannot use it).
+_IMPLIED_LIKE = {"startswith": KeyTransformIStartsWith, "endswith": KeyTransformIEndsWith}
 
 
 def _is(path: tuple[str, ...], kind: str) -> Q:
@@ -285,6 +302,14 @@ def _json_type_at(path: tuple[str, ...]) -> Coalesce:
     return Coalesce(_JsonTypeOf(_data_at(path)), Value("null"), output_field=CharField())
 
 
+class _InstantOf(Func):
+    """The instant a string spells (an ISO 8601 date or date-time; no offset means UTC), else
+    SQL NULL: `vnext_instant(text)`, immutable, so an index can hold it (PostgreSQL only)."""
+
+    function = "vnext_instant"
+    output_field = DateTimeField()
+
+
 class _InstantOrText(Expression):
     """A stored string compared with an operand that is an ISO 8601 instant: as an instant
     when the stored string is one too, else as text."""
@@ -308,22 +333,23 @@ class _InstantOrText(Expression):
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
     ) -> tuple[str, tuple[Any, ...]]:
         text, params = compiler.compile(self.text)
-        # An offset is honoured; none means UTC, whatever the session's time zone.
-        instant = (
-            f"(CASE WHEN {text} ~ %s THEN ({text})::timestamptz "
-            f"ELSE ({text})::timestamp AT TIME ZONE 'UTC' END)"
+        # COALESCE decides (the instant comparison, or the text one when the string is no
+        # instant: two-valued, so a negation stays exact); the OR beside it says the same of
+        # the rows it keeps, as two ranges of the index on (JSON type, instant) that the type
+        # guard around it completes. An index serves the OR and drops it from the filter.
+        instant = f"vnext_instant({text})"
+        sql = (
+            f"(COALESCE({instant} {self.op} %s, {text} {self.op} %s) "
+            f"AND ({instant} {self.op} %s OR {instant} IS NULL))"
         )
-        sql = f"(CASE WHEN {text} ~ %s THEN {instant} {self.op} %s ELSE {text} {self.op} %s END)"
         return sql, (
-            *params,
-            f"^{INSTANT_PATTERN}$",
-            *params,
-            f"{OFFSET_PATTERN}$",
-            *params,
             *params,
             self.instant,
             *params,
             self.operand,
+            *params,
+            self.instant,
+            *params,
         )
 
     def as_sqlite(
@@ -336,6 +362,37 @@ class _InstantOrText(Expression):
         )
         utc = self.instant.isoformat().replace("+00:00", "Z")
         return sql, (*params, f"^{INSTANT_PATTERN}\\Z", *params, utc, *params, self.operand)
+
+
+# --- what an index holds ----------------------------------------------------------------------
+# The expressions above, for `instances.indexes`: an index is used only on the very expression a
+# condition or sort compiles to.
+
+
+def indexed_value(path: tuple[str, ...]) -> KeyTransform:
+    """The JSON value at `path`, as comparisons and sorts read it."""
+    return _data_at(path)
+
+
+def indexed_type(path: tuple[str, ...]) -> Coalesce:
+    """The JSON type at `path`, the guard of every data comparison."""
+    return _json_type_at(path)
+
+
+def indexed_text(path: tuple[str, ...]) -> Upper:
+    """`UPPER` of the text at `path`: what `like`, and the `LIKE` beside `startswith` and
+    `endswith`, read."""
+    return Upper(_text_at(path))
+
+
+def indexed_instant(path: tuple[str, ...]) -> Func:
+    """The instant the string at `path` spells (SQL NULL for anything else)."""
+    return _InstantOf(_text_at(path))
+
+
+def indexed_column_text(field: str) -> Upper:
+    """`UPPER` of a text column: what `like` and the `LIKE` beside the prefix operators read."""
+    return Upper(Cast(F(field), TextField()))
 
 
 # --- sort ------------------------------------------------------------------------------------

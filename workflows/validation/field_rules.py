@@ -15,6 +15,9 @@ Everything the reads and the store rely on is checked here, once, so they can st
 - A transformed field is neither filterable, sortable nor indexed (`x-filterOperators`,
   `x-sortable`, `x-indexed`): filters run on the stored value, so they would probe the value
   the transform hides, and a sealed value is cipher text.
+- `x-indexed` (this runtime's search indexes, `manage.py indexes_plan`) is true or false, and
+  true only on a field reached from the root through nested `properties`: its indexes are on
+  that one path of the instance data.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from workflows.documents import json_pointer
 
 Path = tuple[Any, ...]
 
-ENCRYPTION, MASKING = "x-encryption", "x-masking"
+ENCRYPTION, MASKING, INDEXED = "x-encryption", "x-masking", "x-indexed"
 ENCRYPTION_KEYS = frozenset({"type", "params", "roles", "purpose", "redactInLogs", "retentionDays"})
 MASKING_KEYS = frozenset({"operator", "params", "roles"})
 MASKING_PARAMS = {MASK: frozenset({"maskingChar", "keepFirst", "keepLast"}), REPLACE: {"value"}}
@@ -64,6 +67,8 @@ def _walk(
         yield from _encryption(node, path, by_properties and field, readable and field)
     if MASKING in node:
         yield from _masking(node, path, readable and field)
+    if INDEXED in node:
+        yield from _indexed(node[INDEXED], (*path, INDEXED), by_properties and field)
     for key, value in node.items():
         if key.startswith("x-") or key in _DATA_KEYWORDS:
             continue
@@ -114,6 +119,17 @@ def _probeable(node: dict[str, Any], path: Path, transform: str) -> Iterator[Vio
                 f"a field under {transform} cannot be {flag[2:]}: that runs on the stored value "
                 "and would expose its order",
             )
+
+
+def _indexed(flag: Any, here: Path, by_properties: bool) -> Iterator[Violation]:
+    if not isinstance(flag, bool):
+        yield _violation(here, "x-indexed is true or false")
+    elif flag and not by_properties:
+        yield _violation(
+            here,
+            "an indexed field is reached from the root through nested properties (not the root, "
+            "nor under items, $defs, combinators or conditions): its indexes are on that one path",
+        )
 
 
 def _exemptions(rule: dict[str, Any], path: Path, keyword: str) -> Iterator[Violation]:
