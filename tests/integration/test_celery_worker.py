@@ -352,7 +352,8 @@ def test_a_worker_killed_while_a_child_starts_leaves_one_child_and_one_correlati
     assert (row.current_state, row.busy_owner) == ("p-done", "")
     assert row.data["child"] == {"from": "parent"}
     assert instance(str(kid.pk)).current_state == "c-done"
-    assert Job.objects.get(pk=start_job.pk).attempts == 2
+    # Killed once, so run at least twice (a lease that lapses on a loaded machine adds one).
+    assert Job.objects.get(pk=start_job.pk).attempts >= 2
 
 
 FAN_OUT_MAPPING = """
