@@ -253,7 +253,10 @@ def test_a_slow_bumping_transition_keeps_the_updates_committed_while_it_ran(
             assert not runner.is_alive()
             assert answers[0].status_code == (200 if sync else 202), answers[0].json()
             if sync:
-                assert answers[0].json()["attributes"]["count"] == 5 * round_number
+                # Its answer is the data its commit saw: its own bump and every update that
+                # committed before it (on a loaded machine an update may land just after).
+                answered = answers[0].json()["attributes"]["count"]
+                assert 5 * (round_number - 1) < answered <= 5 * round_number
             wait_until(lambda: Instance.objects.get(pk=instance_id).status == "A")
             assert counted(instance_id)["count"] == 5 * round_number
 
