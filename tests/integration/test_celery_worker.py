@@ -47,7 +47,10 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 ROOT = Path(__file__).resolve().parents[2]
-BROKER = os.environ.get("VNEXT_TEST_BROKER_URL", "redis://127.0.0.1:6379/14")
+# Under pytest-xdist each test process (gw0, gw1) has Redis databases of its own: a worker
+# of one process must not take the other's tasks.
+_PROCESS = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+BROKER = os.environ.get("VNEXT_TEST_BROKER_URL", f"redis://127.0.0.1:6379/{14 + _PROCESS % 2}")
 LEASE_SECONDS = 3
 BASE = "/api/v1/core/workflows/{}/instances"
 
@@ -453,7 +456,7 @@ def test_a_commit_by_a_worker_wakes_a_client_parked_in_another_process(
 ):
     # The parked long-poll runs here, on the Redis channel layer; the transition runs in the
     # Celery worker (another process), whose commit announces the change through Redis.
-    layer_url = "redis://127.0.0.1:6379/12"
+    layer_url = f"redis://127.0.0.1:6379/{12 - _PROCESS % 2}"
     redis.Redis.from_url(layer_url).flushdb()
     settings.CHANNEL_LAYERS = {
         "default": {
