@@ -249,7 +249,9 @@ def instances_archive(
             continue
         candidates = archive_candidates(retention, moment)
         if dry_run:
-            counted = candidates[:remaining].count() if remaining is not None else candidates.count()
+            counted = (
+                candidates[:remaining].count() if remaining is not None else candidates.count()
+            )
             if counted:
                 report.by_workflow[retention.name] += counted
                 report.archived += counted
@@ -287,7 +289,8 @@ def _archive_batch(
     try:
         with transaction.atomic():
             _short_lock_waits()
-            instances = list(candidates.select_for_update(skip_locked=True).values()[:size])
+            locked = candidates.select_for_update(skip_locked=True).values()[:size]
+            instances: list[dict[str, Any]] = [dict(row) for row in locked]
             if not instances:
                 return 0
             ids = [row["id"] for row in instances]
@@ -336,16 +339,16 @@ def _rows_of(ids: list[Any], instances: list[dict[str, Any]]) -> dict[str, list[
     and the `link` rows from the rows that stay."""
     rows: dict[str, list[dict[str, Any]]] = {"instance": instances}
     for name, model, column in TABLES[1:]:
-        found = list(model._default_manager.filter(**{f"{column}__in": ids}).order_by("pk").values())
+        found = list(
+            model._default_manager.filter(**{f"{column}__in": ids}).order_by("pk").values()
+        )
         rows[name] = [{**row, "_instance": row[column]} for row in found]
     for row in instances:
         row["_instance"] = row["id"]
     leaving = [row["id"] for row in rows["correlation"]]
     links = [
         {"kind": CHILD_OF, "instance_id": child, "correlation_id": correlation, "_instance": parent}
-        for child, correlation, parent in Instance.objects.filter(
-            parent_correlation_id__in=leaving
-        )
+        for child, correlation, parent in Instance.objects.filter(parent_correlation_id__in=leaving)
         .exclude(pk__in=ids)
         .values_list("pk", "parent_correlation_id", "parent_correlation__parent_id")
     ]
@@ -478,7 +481,9 @@ def verify_file(store: FolderArchive, manifest_path: str) -> list[str]:
     except (OSError, EOFError, ValueError, KeyError) as failure:
         return [*problems, f"unreadable: {failure}"]
     if dict(sorted(counts.items())) != manifest.get("rows"):
-        problems.append(f"rows {dict(sorted(counts.items()))}, the manifest says {manifest['rows']}")
+        problems.append(
+            f"rows {dict(sorted(counts.items()))}, the manifest says {manifest['rows']}"
+        )
     if len(instances) != manifest.get("instances"):
         problems.append(f"{len(instances)} instances, the manifest says {manifest['instances']}")
     return problems
@@ -599,12 +604,18 @@ def _restored(model: type[models.Model], row: dict[str, Any]) -> models.Model:
 def _drop_dangling(restored: models.Model, transitions: set[uuid.UUID]) -> None:
     # References to rows that are gone now (a correlation or child archived meanwhile, a
     # transition of another instance) come back as NULL, as deleting them would have left them.
-    if isinstance(restored, Instance) and restored.parent_correlation_id is not None:
-        if not Correlation.objects.filter(pk=restored.parent_correlation_id).exists():
-            restored.parent_correlation_id = None
-    if isinstance(restored, Correlation) and restored.child_id is not None:
-        if not Instance.objects.filter(pk=restored.child_id).exists():
-            restored.child_id = None
+    if (
+        isinstance(restored, Instance)
+        and restored.parent_correlation_id is not None
+        and not Correlation.objects.filter(pk=restored.parent_correlation_id).exists()
+    ):
+        restored.parent_correlation_id = None
+    if (
+        isinstance(restored, Correlation)
+        and restored.child_id is not None
+        and not Instance.objects.filter(pk=restored.child_id).exists()
+    ):
+        restored.child_id = None
     transition_id = getattr(restored, "transition_id", None)
     if transition_id is not None and transition_id not in transitions:
         restored.transition_id = None  # type: ignore[attr-defined]

@@ -486,9 +486,7 @@ def jobs_prune_finished(
     age = older_than or timedelta(days=float(vnext_setting("JOB_RETENTION_DAYS")))
     pruned = Job.objects.filter(status__in=_DONE_JOBS, updated_at__lt=now - age).delete()[0]
     failed_days = vnext_setting("FAILED_JOB_RETENTION_DAYS")
-    failed_age = failed_older_than or (
-        timedelta(days=float(failed_days)) if failed_days else None
-    )
+    failed_age = failed_older_than or (timedelta(days=float(failed_days)) if failed_days else None)
     if failed_age is not None:
         failed = Job.objects.filter(status__in=_FAILED_JOBS, updated_at__lt=now - failed_age)
         pruned += failed.delete()[0]

@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from instances.archive import archived_instance
 from instances.engine.definition import (
     LONG_POLL_ACK_KEY,
     SUBFLOW_RESUME_KEY,
@@ -21,7 +22,6 @@ from instances.engine.definition import (
     WorkflowDefinition,
     schema_reference,
 )
-from instances.archive import archived_instance
 from instances.engine.errors import Codes, ErrorCode, VNextError
 from instances.engine.outcomes import (
     BUSY_EXEMPT,

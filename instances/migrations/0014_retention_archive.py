@@ -18,7 +18,7 @@ def add_archivable_index(apps, schema_editor):
     model = apps.get_model("instances", "Instance")
     if schema_editor.connection.vendor == "postgresql":
         sql = str(ARCHIVABLE.create_sql(model, schema_editor, concurrently=True))
-        schema_editor.execute(sql.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+        schema_editor.execute(sql.replace("CONCURRENTLY", "CONCURRENTLY IF NOT EXISTS", 1))
     else:
         schema_editor.add_index(model, ARCHIVABLE)
 

@@ -67,7 +67,9 @@ class Command(BaseCommand):
         for error in report.errors:
             self.stderr.write(error)
         if report.dry_run:
-            self.stdout.write(f"{report.archived} instance(s) selected; nothing changed (--dry-run)")
+            self.stdout.write(
+                f"{report.archived} instance(s) selected; nothing changed (--dry-run)"
+            )
         else:
             self.stdout.write(
                 f"{report.archived} instance(s) archived to {len(report.files)} file(s) under "
@@ -85,4 +87,6 @@ class Command(BaseCommand):
             f"{len(report.problems)} with problems"
         )
         if not report.ok:
-            raise CommandError(f"{len(report.problems)} archive file(s) do not verify", returncode=1)
+            raise CommandError(
+                f"{len(report.problems)} archive file(s) do not verify", returncode=1
+            )
