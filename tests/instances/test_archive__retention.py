@@ -16,10 +16,11 @@ from django.utils import timezone
 from instances.archive import (
     FolderArchive,
     archive_verify,
+    instance_restore,
     instances_archive,
     manifest_of,
 )
-from instances.models import ArchivedInstance, Instance, Job
+from instances.models import ArchivedInstance, Correlation, Instance, Job
 from tests.conftest import DictResolver
 from tests.instances.archiving import BASE, FLOW, completed, publish_retained, rows_of
 from workflows.validation import validate_component
@@ -187,3 +188,24 @@ def test_a_recently_completed_instance_is_never_archived_even_with_the_shortest_
         completed_at=timezone.now() - timedelta(days=1, minutes=1)
     )
     assert instances_archive(archive=store).archived == 1
+
+
+def test_a_parent_is_archived_only_once_its_children_completed_and_restored_relinked(
+    operator_client, flow, store
+):
+    parent = completed(operator_client, days_ago=40)
+    child = completed(operator_client, days_ago=1)
+    correlation = Correlation.objects.create(
+        parent=parent, parent_state="pong", child=child, type="P", status="completed"
+    )
+    Instance.objects.filter(pk=child.pk).update(parent_correlation=correlation, status="A")
+
+    assert instances_archive(archive=store).archived == 0  # its child is still live
+
+    Instance.objects.filter(pk=child.pk).update(status="C")
+    assert instances_archive(archive=store).archived == 1
+    assert Instance.objects.get(pk=child.pk).parent_correlation_id is None
+
+    instance_restore(instance_id=parent.pk, archive=store)
+    assert Correlation.objects.get(pk=correlation.pk).child_id == child.pk
+    assert Instance.objects.get(pk=child.pk).parent_correlation_id == correlation.pk
