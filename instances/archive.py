@@ -550,11 +550,15 @@ class RestoreReport:
 
 
 def instance_restore(
-    *, instance_id: uuid.UUID | str, archive: FolderArchive | None = None
+    *,
+    instance_id: uuid.UUID | str,
+    archive: FolderArchive | None = None,
+    actor: str = "instances_restore",
 ) -> RestoreReport:
     """Read an archived instance back from its file into the database, with every row it had,
     and remove its tombstone; the file stays (archive files are never rewritten). The links
-    archiving nulled on rows that stayed are put back where both ends exist."""
+    archiving nulled on rows that stayed are put back where both ends exist. Audited as
+    `actor`'s `restore` (one more operator-action row beside the restored ones)."""
     store = archive or FolderArchive()
     wanted = uuid.UUID(str(instance_id))
     tombstone = ArchivedInstance.objects.filter(pk=wanted).first()
@@ -587,6 +591,13 @@ def instance_restore(
         _relink(grouped.get(LINK, []))
         report.rows[LINK] = len(grouped.get(LINK, []))
         tombstone.delete()
+        OperatorAction.objects.create(
+            actor=actor,
+            action=OperatorAction.Action.RESTORE,
+            instance_id=wanted,
+            target=tombstone.location[:200],
+            outcome="restored",
+        )
     return report
 
 

@@ -274,6 +274,7 @@ class OperatorAction(models.Model):
         RESOLVE = "resolve", "Resolve without retry"
         REPLAY = "replay", "Replay job"
         FORCE_RELEASE = "force-release", "Force-release lock"
+        RESTORE = "restore", "Restore from the archive"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=20, choices=Action.choices)

@@ -1,6 +1,7 @@
 """Retention and archive: the tombstone table of archived instances, the index the archive finds
 its candidates with (built CONCURRENTLY on PostgreSQL: a big instance table keeps taking writes
-while it builds), and the periodic archive task for django-celery-beat."""
+while it builds), the audited `restore` action, and the periodic archive task for
+django-celery-beat."""
 
 import django.utils.timezone
 from django.db import migrations, models
@@ -79,6 +80,21 @@ class Migration(migrations.Migration):
             database_operations=[
                 migrations.RunPython(add_archivable_index, drop_archivable_index),
             ],
+        ),
+        migrations.AlterField(
+            model_name="operatoraction",
+            name="action",
+            field=models.CharField(
+                choices=[
+                    ("retry", "Retry"),
+                    ("cancel", "Cancel"),
+                    ("resolve", "Resolve without retry"),
+                    ("replay", "Replay job"),
+                    ("force-release", "Force-release lock"),
+                    ("restore", "Restore from the archive"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.RunPython(register, unregister),
     ]

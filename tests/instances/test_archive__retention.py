@@ -111,9 +111,14 @@ def test_restore_puts_back_exactly_the_rows_the_instance_had(operator_client, fl
     lines = list(gzip.decompress(store.read(report_file(instance.pk))).splitlines())
     assert len(lines) == sum(len(rows) for rows in before.values())
 
-    call_command("instances_restore", str(instance.pk), "--archive-dir", str(store.root))
+    call_command(
+        "instances_restore", str(instance.pk), "--archive-dir", str(store.root), "--operator", "ops"
+    )
 
-    assert rows_of(instance.pk) == before
+    after = rows_of(instance.pk)
+    audit = after["operator_action"].pop()
+    assert (audit["actor"], audit["action"], audit["outcome"]) == ("ops", "restore", "restored")
+    assert after == before
     assert not ArchivedInstance.objects.filter(pk=instance.pk).exists()
     assert operator_client.get(f"{BASE}/order-9").json()["id"] == str(instance.pk)
     with pytest.raises(CommandError):  # not archived any more

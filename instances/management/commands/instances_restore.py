@@ -31,13 +31,16 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("ids", nargs="+", type=_uuid, help="archived instance UUIDs")
         parser.add_argument("--archive-dir", help="instead of VNEXT_ARCHIVE_DIR")
+        parser.add_argument("--operator", default="instances_restore", help="the audited actor")
 
     def handle(self, *args: Any, **options: Any) -> None:
         store = FolderArchive(options["archive_dir"])
         failed = 0
         for instance_id in options["ids"]:
             try:
-                report = instance_restore(instance_id=instance_id, archive=store)
+                report = instance_restore(
+                    instance_id=instance_id, archive=store, actor=options["operator"]
+                )
             except ArchiveError as error:
                 failed += 1
                 self.stderr.write(f"{instance_id}: not restored ({error})")
