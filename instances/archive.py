@@ -390,7 +390,7 @@ def _write_verified(
             body = {name: value for name, value in row.items() if name != "_instance"}
             lines.append(_line(table, row["_instance"], body))
             counts[table] += 1
-    content = gzip.compress(b"".join(lines), mtime=0)
+    content = gzip.compress(b"".join(lines), compresslevel=6, mtime=0)
     manifest = {
         "format": FORMAT,
         "file": relative.rsplit("/", 1)[-1],
@@ -437,7 +437,8 @@ def _delete(ids: list[Any], rows: dict[str, list[dict[str, Any]]]) -> None:
         parent_correlation=None
     )
     Correlation.objects.filter(child_id__in=ids).exclude(parent_id__in=ids).update(child=None)
-    Instance.objects.filter(pk__in=ids).update(parent_correlation=None)
+    # Links inside the batch need no nulling: the foreign keys are checked at commit (Django
+    # creates them DEFERRABLE INITIALLY DEFERRED), when both ends are gone.
     for _, model, column in reversed(TABLES):
         queryset = model._default_manager.filter(**{f"{column}__in": ids})
         queryset._raw_delete(queryset.db)

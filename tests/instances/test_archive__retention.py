@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.core.management import call_command
@@ -87,7 +87,8 @@ def test_archive_writes_files_that_verify_then_deletes_every_row(operator_client
         assert expected["data_version"] >= 1
         assert expected["task"] == 1
         assert expected["incident"] == 1
-        assert manifest["day"] == tombstone.completed_at.date().isoformat()
+        assert tombstone.completed_at is not None
+        assert manifest["day"] == tombstone.completed_at.astimezone(UTC).date().isoformat()
         assert all(not rows for rows in rows_of(instance.pk).values())
     assert archive_verify(archive=store).ok
     call_command("instances_archive", "--verify", "--archive-dir", str(store.root))
