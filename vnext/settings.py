@@ -186,6 +186,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {"InstanceStatusEnum": "instances.api.serializers.STATUSES"},
     # Errors are `application/problem+json`; bodies are typed per operation.
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "vnext.openapi.archived_instances_hook",
+    ],
 }
 
 # Celery: an empty broker URL means the embedded mode (in-process job runner, no broker).
