@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import shutil
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -289,11 +291,10 @@ def _apply_indexes() -> None:
 def _archive_under_load(server: BenchServer, token: str, limit: int) -> None:
     """Archive up to `limit` completed instances while LOAD_CLIENTS clients drive transitions
     on live instances; the same clients alone first. Prints both p99s and the throughput."""
-    try:
-        from instances.archive import instances_archive
-    except ImportError:
-        print("  (no archive yet: skipped)")
-        return
+    from instances.archive import FolderArchive, archive_verify, instances_archive
+
+    # The generated instances completed over the last 180 days: those older than 30 are due.
+    store = FolderArchive(tempfile.mkdtemp(prefix="vnext-bench-archive-"))
 
     def drive(stop: threading.Event, times: list[float], errors: list[str]) -> None:
         with httpx.Client(
@@ -331,10 +332,19 @@ def _archive_under_load(server: BenchServer, token: str, limit: int) -> None:
         return times, errors, result
 
     began = time.perf_counter()
-    with_archive, errors, report = loaded(None, lambda: instances_archive(limit=limit))
+    with_archive, errors, report = loaded(
+        None, lambda: instances_archive(limit=limit, older_than_days=30, archive=store)
+    )
     spent = time.perf_counter() - began
     alone, alone_errors, _ = loaded(spent, None)
-    archived = getattr(report, "archived", 0)
+    archived = report.archived
+    verified = archive_verify(archive=store)
+    restorable = _restore_one(report, store)
+    print(
+        f"archive files: {verified.checked} verified, {len(verified.problems)} with problems; "
+        f"{len(report.errors)} batch errors; one restored and archived again: {restorable}"
+    )
+    shutil.rmtree(store.root, ignore_errors=True)
     p99, p99_alone = percentile(with_archive, 0.99), percentile(alone, 0.99)
     print(
         f"archive: {archived:,} instances in {spent:.1f} s ({archived / spent:,.0f}/s) while "
@@ -351,6 +361,19 @@ def _archive_under_load(server: BenchServer, token: str, limit: int) -> None:
         met=p99 <= TARGET_RATIO * p99_alone and not errors,
     )
     record("archive throughput", archived / spent, "instances/s")
+
+
+def _restore_one(report: Any, store: Any) -> bool:
+    """Restore the first archived instance and archive it again: the archive is readable back."""
+    from instances.archive import instance_restore, instances_archive
+    from instances.models import ArchivedInstance
+
+    tombstone = ArchivedInstance.objects.filter(location__in=report.files[:1]).first()
+    if tombstone is None:
+        return False
+    instance_restore(instance_id=tombstone.instance_id, archive=store)
+    again = instances_archive(limit=1, older_than_days=30, workflow=FLOW, archive=store)
+    return again.archived == 1
 
 
 def main(argv: list[str] | None = None) -> None:

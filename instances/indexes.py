@@ -310,10 +310,12 @@ _COLUMN_TEXT = ("key",)
 
 
 def _model_index_leading(columns: tuple[str, ...]) -> str | None:
-    """The name of a model index (or unconditional unique constraint) whose columns start
-    with `columns` (directions aside), or None."""
+    """The name of an unconditional model index (or unique constraint) whose columns start
+    with `columns` (directions aside), or None: a partial one serves only its own rows."""
     candidates: list[tuple[str, list[str]]] = [
-        (index.name, list(index.fields)) for index in Instance._meta.indexes if index.fields
+        (index.name, list(index.fields))
+        for index in Instance._meta.indexes
+        if index.fields and index.condition is None
     ]
     candidates += [
         (constraint.name, list(constraint.fields))

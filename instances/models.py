@@ -71,6 +71,12 @@ class Instance(models.Model):
         indexes = [
             models.Index(fields=["domain", "workflow_key", "-created_at"], name="instance_list"),
             models.Index(fields=["status", "busy_since"], name="instance_busy"),
+            # The archive's candidates: completed instances of a workflow, oldest first.
+            models.Index(
+                fields=["domain", "workflow_key", "completed_at"],
+                condition=Q(status=InstanceStatus.COMPLETED),
+                name="instance_archivable",
+            ),
         ]
         permissions = [
             ("relay_subflow", "Relay a transition to a reserved subflow (service credential)"),
@@ -268,6 +274,7 @@ class OperatorAction(models.Model):
         RESOLVE = "resolve", "Resolve without retry"
         REPLAY = "replay", "Replay job"
         FORCE_RELEASE = "force-release", "Force-release lock"
+        RESTORE = "restore", "Restore from the archive"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=20, choices=Action.choices)
@@ -289,3 +296,29 @@ class OperatorAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.actor}: {self.target} -> {self.outcome}"
+
+
+class ArchivedInstance(models.Model):
+    """The tombstone of an instance archived after its retention (`instances/archive.py`): what
+    the API answers 410 with, and where `instances_restore` reads it back from."""
+
+    instance_id = models.UUIDField(primary_key=True)
+    domain = models.CharField(max_length=100)
+    workflow_key = models.CharField(max_length=200)
+    key = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
+    completed_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField(default=timezone.now)
+    # The archive file holding its rows, relative to the archive's root.
+    location = models.CharField(max_length=500)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["domain", "workflow_key", "key"],
+                condition=Q(key__isnull=False),
+                name="archived_instance_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_key} {self.instance_id} archived to {self.location}"

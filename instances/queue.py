@@ -470,12 +470,40 @@ def jobs_fail_expired_leases() -> int:
     return len(failed)
 
 
-def jobs_prune_finished(*, older_than: timedelta | None = None) -> int:
-    """Delete succeeded and cancelled jobs older than the retention (failed ones stay)."""
+# Jobs that ended with nothing left to look at, and those an operator may still want (replay a
+# failed one, read why one faulted its instance): each kind pruned after its own retention.
+_DONE_JOBS = (JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.SKIPPED)
+_FAILED_JOBS = (JobStatus.FAILED, JobStatus.INSTANCE_FAULTED)
+
+
+def jobs_prune_finished(
+    *, older_than: timedelta | None = None, failed_older_than: timedelta | None = None
+) -> int:
+    """Delete succeeded, cancelled and skipped jobs older than `JOB_RETENTION_DAYS`, and failed
+    and instance-faulted ones older than `FAILED_JOB_RETENTION_DAYS` (None or 0: those stay).
+    Only jobs that ended: a pending or running one is never pruned. Returns how many."""
+    now = timezone.now()
     age = older_than or timedelta(days=float(vnext_setting("JOB_RETENTION_DAYS")))
-    finished = [JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.SKIPPED]
-    cutoff = timezone.now() - age
-    return Job.objects.filter(status__in=finished, updated_at__lt=cutoff).delete()[0]
+    pruned = Job.objects.filter(status__in=_DONE_JOBS, updated_at__lt=now - age).delete()[0]
+    failed_days = vnext_setting("FAILED_JOB_RETENTION_DAYS")
+    failed_age = failed_older_than or (timedelta(days=float(failed_days)) if failed_days else None)
+    if failed_age is not None:
+        failed = Job.objects.filter(status__in=_FAILED_JOBS, updated_at__lt=now - failed_age)
+        pruned += failed.delete()[0]
+    return pruned
+
+
+def jobs_reclaim_space() -> bool:
+    """`VACUUM (ANALYZE)` the job table on PostgreSQL, after a prune: the deleted rows' space
+    goes back to the table for new jobs (not to the file system; a plain VACUUM takes no lock
+    that stops writes) and the planner's statistics follow the smaller table. VACUUM cannot
+    run inside a transaction: in one (or on another database) nothing is done and it answers
+    False."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(Job._meta.db_table)}")
+    return True
 
 
 # --- SQL dialects: one object per database vendor, chosen once ------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from instances.archive import archived_instance
 from instances.engine.definition import (
     LONG_POLL_ACK_KEY,
     SUBFLOW_RESUME_KEY,
@@ -829,9 +830,28 @@ def _request(
 
 
 def instance_snapshot(*, domain: str, workflow: str, ref: str) -> InstanceSnapshot:
-    """The instance `ref` (UUID or business key) of a workflow, or 404 `Instance:100017`."""
+    """The instance `ref` (UUID or business key) of a workflow, 410 `Instance:Archived` when
+    it was archived (the error block says where it went), or 404 `Instance:100017`."""
     found = _store.find(domain, workflow, ref)
     if found is None:
+        tombstone = archived_instance(domain, workflow, ref)
+        if tombstone is not None:
+            raise VNextError(
+                Codes.INSTANCE_ARCHIVED,
+                f"instance {ref!r} of {domain}/{workflow} was archived on "
+                f"{tombstone.archived_at:%Y-%m-%d} after its retention; an operator can restore "
+                f"it with manage.py instances_restore {tombstone.instance_id}",
+                instance_id=str(tombstone.instance_id),
+                extra={
+                    "archive": {
+                        "archivedAt": tombstone.archived_at.isoformat(),
+                        "completedAt": (
+                            tombstone.completed_at.isoformat() if tombstone.completed_at else None
+                        ),
+                        "location": tombstone.location,
+                    }
+                },
+            )
         raise VNextError(
             Codes.INSTANCE_NOT_FOUND, f"workflow {domain}/{workflow} has no instance {ref!r}"
         )

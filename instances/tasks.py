@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from instances.archive import instances_archive
 from instances.job_handlers import instances_reap_stranded_busy, job_run
 from instances.queue import JOB_RUN_TASK, jobs_dispatch_due, jobs_prune_finished
 from locks.services import locks_sweep_expired
+from vnext.conf import vnext_setting
 
 
 @shared_task(name=JOB_RUN_TASK, ignore_result=True, acks_late=True)
@@ -37,5 +39,12 @@ def locks_sweep_expired_task() -> int:
 
 @shared_task(name="vnext.jobs_prune_finished", ignore_result=True)
 def jobs_prune_finished_task() -> int:
-    """Delete old succeeded/cancelled jobs."""
+    """Delete old succeeded, cancelled and skipped jobs, and older failed ones."""
     return jobs_prune_finished()
+
+
+@shared_task(name="vnext.instances_archive", ignore_result=True)
+def instances_archive_task() -> int:
+    """Archive completed instances past their retention (at most `ARCHIVE_RUN_LIMIT` a run;
+    the next run goes on). Nothing happens while no retention is set."""
+    return instances_archive(limit=int(vnext_setting("ARCHIVE_RUN_LIMIT"))).archived

@@ -83,8 +83,21 @@ DEFAULTS: dict[str, Any] = {
     "JOB_LEASE_SECONDS": 30.0,
     "JOB_MAX_ATTEMPTS": 5,
     "JOB_RETRY_BASE_SECONDS": 2.0,
-    # Succeeded and cancelled jobs are pruned after this many days; failed ones stay.
+    # Succeeded, cancelled and skipped jobs are pruned after this many days.
     "JOB_RETENTION_DAYS": 7.0,
+    # Failed jobs and jobs that faulted their instance are pruned after this many days (kept
+    # longer: an operator may still replay them or read why); None or 0 keeps them forever.
+    "FAILED_JOB_RETENTION_DAYS": 90.0,
+    # Completed instances are archived this many days after their completion, unless their
+    # workflow's newest version sets `attributes.retentionDays`; None keeps them forever.
+    "RETENTION_DAYS": None,
+    # The folder archive files are written to (README "Retention and archive"); None:
+    # `var/archive` under the project.
+    "ARCHIVE_DIR": None,
+    # Instances archived and deleted per transaction: each batch locks only its own rows.
+    "ARCHIVE_BATCH_SIZE": 500,
+    # The most instances one run of the periodic archive task archives.
+    "ARCHIVE_RUN_LIMIT": 100_000,
     # An instance Busy longer than this with no live job is faulted by the reaper.
     "BUSY_LEASE_SECONDS": 300.0,
     # Worker threads of the embedded (in-process) job runner.

@@ -140,3 +140,20 @@ ACCEPT_LANGUAGE = OpenApiParameter(
     location=OpenApiParameter.HEADER,
     description="Labels and the state alias in this language (e.g. tr-TR, en;q=0.8)",
 )
+
+
+def archived_instances_hook(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing: every operation on one instance (`{instance}` in its
+    path) may answer 410 `Instance:Archived` for an instance archived after its retention."""
+    gone = {
+        "description": "The instance was archived after its retention: `error.archive` says "
+        "where it went (an operator restores it with manage.py instances_restore)",
+        "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+    for path, operations in result.get("paths", {}).items():
+        if "{instance}" not in path:
+            continue
+        for operation in operations.values():
+            if isinstance(operation, dict) and "responses" in operation:
+                operation["responses"].setdefault("410", gone)
+    return result

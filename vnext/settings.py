@@ -186,6 +186,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {"InstanceStatusEnum": "instances.api.serializers.STATUSES"},
     # Errors are `application/problem+json`; bodies are typed per operation.
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "vnext.openapi.archived_instances_hook",
+    ],
 }
 
 # Celery: an empty broker URL means the embedded mode (in-process job runner, no broker).
@@ -231,6 +235,11 @@ VNEXT = {
     "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),
     "JOB_MAX_ATTEMPTS": env.int("VNEXT_JOB_MAX_ATTEMPTS", default=5),
     "JOB_RETENTION_DAYS": env.float("VNEXT_JOB_RETENTION_DAYS", default=7.0),
+    "FAILED_JOB_RETENTION_DAYS": env.float("VNEXT_FAILED_JOB_RETENTION_DAYS", default=90.0),
+    "RETENTION_DAYS": env.int("VNEXT_RETENTION_DAYS", default=0) or None,
+    "ARCHIVE_DIR": env.str("VNEXT_ARCHIVE_DIR", default="") or None,
+    "ARCHIVE_BATCH_SIZE": env.int("VNEXT_ARCHIVE_BATCH_SIZE", default=500),
+    "ARCHIVE_RUN_LIMIT": env.int("VNEXT_ARCHIVE_RUN_LIMIT", default=100_000),
     "BUSY_LEASE_SECONDS": env.float("VNEXT_BUSY_LEASE_SECONDS", default=300.0),
     "EMBEDDED_RUNNER_THREADS": env.int("VNEXT_EMBEDDED_RUNNER_THREADS", default=4),
     "FAN_OUT_MAX_CONCURRENT_ITEMS": env.int("VNEXT_FAN_OUT_MAX_CONCURRENT_ITEMS", default=64),

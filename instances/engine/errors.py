@@ -38,6 +38,8 @@ class Codes:
     )
     WORKFLOW_NOT_FOUND = ErrorCode("Instance:100015", 404, "Workflow not found")
     INSTANCE_NOT_FOUND = ErrorCode("Instance:100017", 404, "Instance not found")
+    # Completed, then archived after its retention: the body's error block says where it went.
+    INSTANCE_ARCHIVED = ErrorCode("Instance:Archived", 410, "Instance is archived")
     INSTANCE_COMPLETED = ErrorCode("Instance:100018", 400, "Instance is completed")
     INSTANCE_NOT_FAULTED = ErrorCode("Instance:100027", 400, "Instance is not faulted")
     INSTANCE_FAULTED = ErrorCode("Instance:100028", 409, "Instance is faulted; retry or cancel it")

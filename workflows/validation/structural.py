@@ -2,8 +2,8 @@
 
 The vendored files stay as upstream ships them; `_extend` adds, in memory, what the Python runtime
 accepts beyond them: task type 21 (Fan-Out), `.py` script locations, `scripts.allowedModules`,
-`executionType`, and a start transition without `triggerType` (manual, the only trigger it
-takes, as the vNext runtime publishes it).
+`executionType`, `retentionDays`, and a start transition without `triggerType` (manual, the only
+trigger it takes, as the vNext runtime publishes it).
 """
 
 from __future__ import annotations
@@ -140,6 +140,14 @@ EXECUTION_TYPE: dict[str, Any] = {
     "enum": ["S", "A"],
     "description": "S: runs synchronously, A: as a job, whatever the request's ?sync says",
 }
+# At most a century: a cutoff further back than that is no retention worth writing down.
+MAX_RETENTION_DAYS = 36_500
+RETENTION_DAYS: dict[str, Any] = {
+    "type": "integer",
+    "minimum": 1,
+    "maximum": MAX_RETENTION_DAYS,
+    "description": "Days after completion an instance is archived (instances/archive.py)",
+}
 _TRANSITION_DEFINITIONS = (
     "transition",
     "sharedTransition",
@@ -186,6 +194,9 @@ def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
         # API.md 1: `executionType` "S"/"A" on the workflow and on a transition (of any kind)
         # overrides the request's `?sync`, the transition's first.
         schema["properties"]["attributes"]["properties"]["executionType"] = EXECUTION_TYPE
+        # How long a completed instance stays before it is archived (README "Retention and
+        # archive"); the newest version of the workflow decides for all its instances.
+        schema["properties"]["attributes"]["properties"]["retentionDays"] = RETENTION_DAYS
         definitions = schema.get("definitions") or {}
         # A `schema` reference may also be written nested, `{"schema": {key, domain, ...}}`, as
         # the vNext runtime takes it (instances/engine/definition.py `schema_reference`).
