@@ -137,6 +137,7 @@ class Command(BaseCommand):
             start_embedded_runner()
         if embedded:
             self.stdout.write("embedded job runner started (no broker)")
+        forwarded_allow_ips = str(vnext_setting("FORWARDED_ALLOW_IPS") or "")
         try:
             uvicorn.run(
                 "vnext.asgi:application",
@@ -146,6 +147,12 @@ class Command(BaseCommand):
                 lifespan="off",
                 workers=workers,
                 access_log=bool(vnext_setting("HTTP_ACCESS_LOG")),
+                # httptools with a limit on the request head (VNEXT_MAX_HEADER_BYTES).
+                http="vnext.serving:HeaderLimitedHttpToolsProtocol",
+                # uvicorn believes X-Forwarded-For from loopback unless told otherwise: only from
+                # the proxies FORWARDED_ALLOW_IPS names, else the peer is the client.
+                proxy_headers=bool(forwarded_allow_ips),
+                forwarded_allow_ips=forwarded_allow_ips or None,
             )
         finally:
             if embedded and workers == 1:
