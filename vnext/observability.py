@@ -4,9 +4,9 @@ middleware, the OpenTelemetry exporter set-up, and the `/metrics` view.
 - Logs: `JsonFormatter` writes one JSON object per line with the time, level, logger, message,
   the operation's bound fields (`request_id`, `instance_id`, `transition`, `job_id`, ...; see
   `instances.engine.telemetry.bound`) and the record's `extra` fields. `LOG_FORMAT=plain` gives
-  the human form. `RedactCredentials` (on the console handler and on uvicorn's loggers) writes
-  the value of a credential-like query parameter (`?token=`, `access_token`, `api_key`, ...) as
-  `[redacted]`: uvicorn logs every WebSocket's URL, query string included.
+  the human form. Both write the value of a credential-like query parameter (`?token=`,
+  `access_token`, `api_key`, ...) as `[redacted]`, and so does `RedactCredentials` on uvicorn's
+  own loggers: uvicorn logs every WebSocket's URL, query string included.
 - Request id: `RequestIdMiddleware` takes `X-Request-ID` when it is a sane token (else makes
   one), binds it for the request's log lines and answers it in the same header; a job accepted by
   the request carries it, so the job's lines repeat it.
@@ -81,7 +81,8 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str, ensure_ascii=False)
+        # The whole line: an `extra` field (django.request's request) may show a URL too.
+        return redact_credentials(json.dumps(line, default=str, ensure_ascii=False))
 
 
 # A query parameter whose name says it carries a credential, up to the end of its value.
@@ -133,7 +134,7 @@ class FieldsFormatter(logging.Formatter):
         """The record as text, then its operation's fields."""
         text = super().format(record)
         fields = " ".join(f"{key}={value}" for key, value in log_fields().items())
-        return f"{text} [{fields}]" if fields else text
+        return redact_credentials(f"{text} [{fields}]" if fields else text)
 
 
 def request_id_of(request: HttpRequest) -> str:

@@ -295,13 +295,10 @@ LOGGING = {
         },
         "json": {"()": "vnext.observability.JsonFormatter"},
     },
-    # No credential in a log line: `?token=...` and its kind are written `[redacted]`.
-    "filters": {"redact_credentials": {"()": "vnext.observability.RedactCredentials"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "plain" if LOG_FORMAT == "plain" else "json",
-            "filters": ["redact_credentials"],
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
