@@ -77,7 +77,8 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_ACCESS_LOG": False,
     # The serving layer (vnext/serving.py): the largest request body read (413 past it), how
     # long the whole body may take to arrive (408), the largest request line and headers (431).
-    "MAX_BODY_BYTES": 10 * 1024 * 1024,
+    # (Django's DATA_UPLOAD_MAX_MEMORY_SIZE follows MAX_BODY_BYTES.)
+    "MAX_BODY_BYTES": 2_621_440,
     "BODY_READ_TIMEOUT_SECONDS": 30.0,
     "MAX_HEADER_BYTES": 64 * 1024,
     # Addresses of the proxies whose X-Forwarded-For / X-Forwarded-Proto uvicorn believes

@@ -226,7 +226,7 @@ VNEXT = {
     "HTTP_WORKERS": env.int("VNEXT_HTTP_WORKERS", default=0) or None,
     "HTTP_THREADS": env.int("VNEXT_HTTP_THREADS", default=8),
     "HTTP_ACCESS_LOG": env.bool("VNEXT_HTTP_ACCESS_LOG", default=False),
-    "MAX_BODY_BYTES": env.int("VNEXT_MAX_BODY_BYTES", default=10 * 1024 * 1024),
+    "MAX_BODY_BYTES": env.int("VNEXT_MAX_BODY_BYTES", default=2_621_440),
     "BODY_READ_TIMEOUT_SECONDS": env.float("VNEXT_BODY_READ_TIMEOUT_SECONDS", default=30.0),
     "MAX_HEADER_BYTES": env.int("VNEXT_MAX_HEADER_BYTES", default=64 * 1024),
     # uvicorn's own variable name: the proxies trusted for X-Forwarded-For; empty: none.
@@ -263,6 +263,8 @@ VNEXT = {
     "METRICS_TOKEN": env.str("VNEXT_METRICS_TOKEN", default="") or None,
     "UNINDEXED_WARN_ROWS": env.int("VNEXT_UNINDEXED_WARN_ROWS", default=100_000),
 }
+# One limit on request bodies: the serving layer's (read before a thread is taken) and Django's.
+DATA_UPLOAD_MAX_MEMORY_SIZE = VNEXT["MAX_BODY_BYTES"]
 
 # Master-schema fields encrypted at rest (x-encryption `encrypt`): Fernet keys, comma separated;
 # the first seals, every one opens (rotation: put the new key first, keep the old ones until
