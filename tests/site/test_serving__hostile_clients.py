@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from websockets.typing import Subprotocol
 
 from tests.site.server import RunningServer, vnext_server
 
@@ -171,12 +172,12 @@ def test_ws_refusals_are_close_codes_and_no_token_reaches_the_log(server, token)
         async with websockets.connect(f"{ws_base}{socket_path}?token={token}") as live:
             seen["query"] = (await live.recv())[:1]
         async with websockets.connect(
-            f"{ws_base}{socket_path}", subprotocols=["vnext", f"token.{token}"]
+            f"{ws_base}{socket_path}", subprotocols=offer("vnext", f"token.{token}")
         ) as live:
             seen["subprotocol"] = (live.subprotocol, (await live.recv())[:1])
         for name, url, offered in [
             ("bad query token", f"{socket_path}?token={forged}", None),
-            ("bad subprotocol token", socket_path, ["vnext", f"token.{forged}"]),
+            ("bad subprotocol token", socket_path, offer("vnext", f"token.{forged}")),
             ("unknown instance", f"{NO_SUCH_INSTANCE}?token={token}", None),
             ("not a socket path", f"/api/v1/definitions/workflow/core?token={token}", None),
         ]:
@@ -213,6 +214,11 @@ def test_a_forged_x_forwarded_for_does_not_lift_a_lockout(server):
     for forged in ("203.0.113.7", "10.0.0.1, 198.51.100.2"):
         again = httpx.get(listing, auth=("ops", PASSWORD), headers={"X-Forwarded-For": forged})
         assert again.status_code == 429, forged
+
+
+def offer(*subprotocols: str) -> list[Subprotocol]:
+    """The subprotocols a client offers, typed as websockets wants them."""
+    return [Subprotocol(name) for name in subprotocols]
 
 
 def _resident_bytes(server: RunningServer) -> int:
