@@ -6,8 +6,8 @@
   never one of the `HTTP_THREADS` (the WSGI bridge would read the body in the thread it took).
   It answers `GET /health` itself: one database check at a time, on a thread of its own, shared
   by every request waiting for it, so liveness never queues behind the serving threads.
-- `HeaderLimitedHttpToolsProtocol`, uvicorn's httptools protocol with a limit on the request line
-  and headers (`MAX_HEADER_BYTES`, 431): httptools has none, and buffers a header whole.
+
+The limit on the request line and headers is the protocol's (`vnext/http_protocol.py`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import connection
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from instances.engine.errors import Codes, ErrorCode
 from vnext.conf import vnext_setting
-from vnext.exception_handler import PROBLEM_JSON, problem_body
 from vnext.health import database_health
+from vnext.problems import PROBLEM_JSON, problem_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -133,58 +132,6 @@ def _check_and_tidy() -> tuple[int, dict[str, Any]]:
         # No request_finished signal here: honour CONN_MAX_AGE (and drop a broken connection)
         # as Django does at the end of a request.
         connection.close_if_unusable_or_obsolete()
-
-
-class HeaderLimitedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, refusing a request whose request line and headers run over
-    `MAX_HEADER_BYTES` with 431 as soon as that many bytes came without the end of the headers."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._head_limit = int(vnext_setting("MAX_HEADER_BYTES"))
-        self._head_bytes = 0
-        self._reading_head = True
-
-    def on_headers_complete(self) -> None:
-        """The head is whole: stop counting until the next request."""
-        self._reading_head = False
-        self._head_bytes = 0
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        """The request is whole: what comes next on the connection is the next head."""
-        super().on_message_complete()
-        self._reading_head = True
-
-    def data_received(self, data: bytes) -> None:
-        """Parse, then count the bytes when they all belonged to an unfinished head."""
-        reading_before = self._reading_head
-        super().data_received(data)
-        # A chunk that finished a head (or began the next one) is not counted: the count can
-        # run short by one chunk, never refuse a request whose head fits.
-        if not (reading_before and self._reading_head) or self.transport.is_closing():
-            return
-        self._head_bytes += len(data)
-        if self._head_bytes > self._head_limit:
-            self._refuse_head()
-
-    def _refuse_head(self) -> None:
-        detail = f"the request line and headers are over {self._head_limit} bytes"
-        self.logger.warning("request refused (431): %s", detail)
-        body = json.dumps(problem_body(Codes.APP_HEADERS_TOO_LARGE, detail)).encode()
-        content = [STATUS_LINE[431]]
-        for name, value in self.server_state.default_headers:
-            content.extend([name, b": ", value, b"\r\n"])
-        content.extend(
-            [
-                b"content-type: " + PROBLEM_JSON.encode() + b"\r\n",
-                b"content-length: " + str(len(body)).encode() + b"\r\n",
-                b"connection: close\r\n\r\n",
-                body,
-            ]
-        )
-        self.transport.write(b"".join(content))
-        self.transport.close()
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -148,7 +148,7 @@ class Command(BaseCommand):
                 workers=workers,
                 access_log=bool(vnext_setting("HTTP_ACCESS_LOG")),
                 # httptools with a limit on the request head (VNEXT_MAX_HEADER_BYTES).
-                http="vnext.serving:HeaderLimitedHttpToolsProtocol",
+                http="vnext.http_protocol:HeaderLimitedHttpToolsProtocol",
                 # uvicorn believes X-Forwarded-For from loopback unless told otherwise: only from
                 # the proxies FORWARDED_ALLOW_IPS names, else the peer is the client.
                 proxy_headers=bool(forwarded_allow_ips),
