@@ -12,6 +12,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from asgiref.testing import ApplicationCommunicator
 from channels.layers import get_channel_layer
 from rest_framework.authtoken.models import Token
+from rest_framework_simplejwt.tokens import AccessToken
 
 from instances.services import RequestInfo, instance_start, instance_transition
 from tests.instances.workflows import ping_pong, publish
@@ -102,9 +103,14 @@ async def refusal(communicator: Any) -> dict[str, Any]:
     return await communicator.receive_output(10)
 
 
-def test_a_token_in_the_subprotocol_is_read_and_vnext_is_chosen(instance_id, token):
+@pytest.mark.parametrize("scheme", ["token", "bearer"])
+def test_a_credential_in_the_subprotocol_is_read_and_vnext_is_chosen(
+    instance_id, token, operator, scheme
+):
+    credential = token if scheme == "token" else str(AccessToken.for_user(operator))
+
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        communicator = socket(instance_id, subprotocols=["vnext", f"token.{token}"])
+        communicator = socket(instance_id, subprotocols=["vnext", f"{scheme}.{credential}"])
         await communicator.send_input({"type": "websocket.connect"})
         accepted = await communicator.receive_output(10)
         first = json.loads((await communicator.receive_output(10))["text"])
@@ -116,7 +122,7 @@ def test_a_token_in_the_subprotocol_is_read_and_vnext_is_chosen(instance_id, tok
     # The chosen subprotocol is `vnext`, never the one carrying the token.
     assert (accepted["type"], accepted["subprotocol"]) == ("websocket.accept", "vnext")
     assert first["state"] == "ping"
-    refused = socket(instance_id, subprotocols=["vnext", "token.wrong"])
+    refused = socket(instance_id, subprotocols=["vnext", f"{scheme}.wrong"])
     assert async_to_sync(refusal)(refused)["code"] == 4401
 
 
