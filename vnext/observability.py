@@ -85,10 +85,11 @@ class JsonFormatter(logging.Formatter):
         return redact_credentials(json.dumps(line, default=str, ensure_ascii=False))
 
 
-# A query parameter whose name says it carries a credential, up to the end of its value.
+# A query parameter whose name says it carries a credential, up to the end of its value (a
+# backslash ends it too: in a JSON line it escapes the quote that follows).
 _CREDENTIAL_PARAMETER = re.compile(
     r"(?i)([?&;][\w.\-]*(?:token|key|secret|passw|auth|session|signature|credential)[\w.\-]*=)"
-    r"[^&;\s\"'#]*"
+    r"[^&;\s\"'#\\]*"
 )
 REDACTED = "[redacted]"
 
