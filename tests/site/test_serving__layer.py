@@ -1,7 +1,8 @@
 """The serving layer in front of Django (vnext/serving.py), driven as an ASGI app: the body
 reaches the app whole and only once it is all there, a chunked body over the cap is cut off as it
 passes it, a client gone mid-body costs nothing; and the header-limited protocol imports in a
-worker process before Django is set up."""
+worker process before Django is set up; uvicorn believes X-Forwarded-For only when
+FORWARDED_ALLOW_IPS names a proxy."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import sys
 from typing import Any
 
 import pytest
+import uvicorn
 from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.test import override_settings
 
 from tests.site.server import ROOT
 from vnext.serving import ServingLayer
+from workflows.management.commands.vnext_run import hardened_options
 
 
 class Recorder:
@@ -108,3 +111,16 @@ def test_the_header_limited_protocol_imports_before_django_is_set_up():
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("configured", "trusted"),
+    [("", False), ("10.0.0.5", True), ("10.0.0.0/8,192.0.2.1", True)],
+)
+def test_proxy_headers_are_believed_only_from_forwarded_allow_ips(configured, trusted):
+    with override_settings(VNEXT={"FORWARDED_ALLOW_IPS": configured}):
+        options = hardened_options()
+    config = uvicorn.Config("vnext.asgi:application", **options)
+    assert config.proxy_headers is trusted
+    if trusted:
+        assert config.forwarded_allow_ips == configured
