@@ -17,21 +17,39 @@ from vnext.conf import vnext_setting
 from vnext.problems import PROBLEM_JSON, problem_body
 
 
+class HeadTooLarge(Exception):
+    """Raised in a parser callback to stop httptools on a head over the limit."""
+
+
 class HeaderLimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, refusing a request whose request line and headers run over
-    `MAX_HEADER_BYTES` with 431 as soon as that many bytes came without the end of the headers."""
+    `MAX_HEADER_BYTES` with 431: as soon as that many bytes came without the end of the headers,
+    or, for a head that arrived whole in one read, when it ends."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_limit = int(vnext_setting("MAX_HEADER_BYTES"))
         self._head_bytes = 0
         self._reading_head = True
+        self._head_refused = False
 
     def on_headers_complete(self) -> None:
-        """The head is whole: stop counting until the next request."""
+        """The head is whole: refuse it when too long, else stop counting until the next one."""
         self._reading_head = False
         self._head_bytes = 0
+        head = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+        if head > self._head_limit:
+            # httptools stops and uvicorn answers its parse error through send_400_response.
+            self._head_refused = True
+            raise HeadTooLarge
         super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a parse error: 431 when the error was a head over the limit."""
+        if self._head_refused:
+            self._refuse_head()
+            return
+        super().send_400_response(msg)
 
     def on_message_complete(self) -> None:
         """The request is whole: what comes next on the connection is the next head."""

@@ -154,6 +154,13 @@ def test_a_64_mb_header_is_refused_before_it_is_read_whole(server):
     assert sent < 64 * 2**20, "the whole header was read"
     assert answer == b"" or answer.startswith(b"HTTP/1.1 431 "), answer[:80]
     assert _resident_bytes(server) - before < 32 * 2**20
+    # A head over the limit that arrives whole in one read is refused as well.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        padding = b"a" * 70_000
+        sock.sendall(
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + padding + b"\r\n\r\n"
+        )
+        assert answer_of(sock).startswith(b"HTTP/1.1 431 ")
     # A head within the limit (a 16 KB cookie) is served.
     cookie = {"Cookie": "c=" + "x" * 16_000}
     assert httpx.get(f"{server.base}/health", headers=cookie).status_code == 200
