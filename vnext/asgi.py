@@ -7,6 +7,10 @@ request (`GET /health` 3.9 ms against 1.8 ms through the bridge, `make bench`), 
 connection outlives its request. Through the bridge a thread, and its connection, serves request
 after request. Routes that must wait without holding a thread (long-poll) will be mounted beside
 it as ASGI routes: the state function's long-poll (`?wait=`, `instances/api/longpoll.py`).
+
+In front of all of it, `vnext.serving.ServingLayer` reads request bodies (with a size cap and a
+time-out) before a thread is taken and answers `/health` on the event loop. A WebSocket on any
+other path than the live state's is accepted and closed with 4404, as a refused read is.
 """
 
 import os
@@ -21,11 +25,17 @@ django_wsgi_app = get_wsgi_application()
 from a2wsgi import WSGIMiddleware  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
-from django.urls import path  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
 
-from instances.api.live import InstanceStateSocket  # noqa: E402
+from instances.api.live import InstanceStateSocket, NoSuchSocket  # noqa: E402
 from instances.api.longpoll import LongPollRouter, StateLongPoll  # noqa: E402
 from vnext.conf import vnext_setting  # noqa: E402
+from vnext.observability import redact_credentials_in  # noqa: E402
+from vnext.serving import ServingLayer  # noqa: E402
+
+# uvicorn logs every WebSocket's URL (and, with the access log on, every request's) on its own
+# loggers and handlers: redact `?token=` there too.
+redact_credentials_in("uvicorn", "uvicorn.error", "uvicorn.access")
 
 if os.environ.get("VNEXT_EMBEDDED_RUNNER_IN_WORKERS"):
     # A worker process of a multi-process `make run`: it runs jobs too (see vnext_run).
@@ -33,7 +43,7 @@ if os.environ.get("VNEXT_EMBEDDED_RUNNER_IN_WORKERS"):
 
     start_embedded_runner()
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         # Long-polls of the state function wait on the event loop; the rest is the WSGI bridge.
         "http": LongPollRouter(
@@ -50,8 +60,10 @@ application = ProtocolTypeRouter(
                 path(
                     "ws/<str:domain>/workflows/<str:workflow>/instances/<str:instance>/",
                     InstanceStateSocket.as_asgi(wsgi_app=django_wsgi_app),
-                )
+                ),
+                re_path(r"", NoSuchSocket.as_asgi()),
             ]
         ),
     }
 )
+application = ServingLayer(router)

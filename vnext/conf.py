@@ -75,6 +75,15 @@ DEFAULTS: dict[str, Any] = {
     # uvicorn's access log (one line per request): off by default, it costs throughput
     # (`make bench` serving suite); a proxy in front usually logs requests anyway.
     "HTTP_ACCESS_LOG": False,
+    # The serving layer (vnext/serving.py): the largest request body read (413 past it), how
+    # long the whole body may take to arrive (408), the largest request line and headers (431).
+    # (Django's DATA_UPLOAD_MAX_MEMORY_SIZE follows MAX_BODY_BYTES.)
+    "MAX_BODY_BYTES": 2_621_440,
+    "BODY_READ_TIMEOUT_SECONDS": 30.0,
+    "MAX_HEADER_BYTES": 64 * 1024,
+    # Addresses of the proxies whose X-Forwarded-For / X-Forwarded-Proto uvicorn believes
+    # (comma-separated IPs or CIDRs, `*` for any); empty: none, the peer's address is the client.
+    "FORWARDED_ALLOW_IPS": "",
     # Folder of example workflows that `make run` imports.
     "EXAMPLES_DIR": None,
     # Jobs: "celery" or "embedded"; None picks celery when CELERY_BROKER_URL is set.

@@ -4,7 +4,9 @@ middleware, the OpenTelemetry exporter set-up, and the `/metrics` view.
 - Logs: `JsonFormatter` writes one JSON object per line with the time, level, logger, message,
   the operation's bound fields (`request_id`, `instance_id`, `transition`, `job_id`, ...; see
   `instances.engine.telemetry.bound`) and the record's `extra` fields. `LOG_FORMAT=plain` gives
-  the human form.
+  the human form. Both write the value of a credential-like query parameter (`?token=`,
+  `access_token`, `api_key`, ...) as `[redacted]`, and so does `RedactCredentials` on uvicorn's
+  own loggers: uvicorn logs every WebSocket's URL, query string included.
 - Request id: `RequestIdMiddleware` takes `X-Request-ID` when it is a sane token (else makes
   one), binds it for the request's log lines and answers it in the same header; a job accepted by
   the request carries it, so the job's lines repeat it.
@@ -79,7 +81,51 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str, ensure_ascii=False)
+        # The whole line: an `extra` field (django.request's request) may show a URL too.
+        return redact_credentials(json.dumps(line, default=str, ensure_ascii=False))
+
+
+# A query parameter whose name says it carries a credential, up to the end of its value (a
+# backslash ends it too: in a JSON line it escapes the quote that follows).
+_CREDENTIAL_PARAMETER = re.compile(
+    r"(?i)([?&;][\w.\-]*(?:token|key|secret|passw|auth|session|signature|credential)[\w.\-]*=)"
+    r"[^&;\s\"'#\\]*"
+)
+REDACTED = "[redacted]"
+
+
+def redact_credentials(text: str) -> str:
+    """`text` with the value of every credential-like query parameter in it replaced."""
+    return _CREDENTIAL_PARAMETER.sub(rf"\1{REDACTED}", text)
+
+
+class RedactCredentials(logging.Filter):
+    """Redacts credential-like query parameters in a record's message and arguments (in place,
+    so formatters that unpack the arguments, as uvicorn's access formatter does, still work)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record; never drop it."""
+        if isinstance(record.msg, str):
+            record.msg = redact_credentials(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_credentials(arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        elif isinstance(record.args, dict):
+            record.args = {
+                key: redact_credentials(arg) if isinstance(arg, str) else arg
+                for key, arg in record.args.items()
+            }
+        return True
+
+
+def redact_credentials_in(*logger_names: str) -> None:
+    """Put `RedactCredentials` on these loggers (once): records logged on them directly, as
+    uvicorn's are, pass it whatever handlers their configuration gave them."""
+    for name in logger_names:
+        log = logging.getLogger(name)
+        if not any(isinstance(existing, RedactCredentials) for existing in log.filters):
+            log.addFilter(RedactCredentials())
 
 
 class FieldsFormatter(logging.Formatter):
@@ -89,7 +135,7 @@ class FieldsFormatter(logging.Formatter):
         """The record as text, then its operation's fields."""
         text = super().format(record)
         fields = " ".join(f"{key}={value}" for key, value in log_fields().items())
-        return f"{text} [{fields}]" if fields else text
+        return redact_credentials(f"{text} [{fields}]" if fields else text)
 
 
 def request_id_of(request: HttpRequest) -> str:

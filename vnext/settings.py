@@ -87,6 +87,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "vnext.exception_handler.login_lockout_response"
 AXES_VERBOSE = False
+# The client address is REMOTE_ADDR, which uvicorn sets from X-Forwarded-For only for the proxies
+# FORWARDED_ALLOW_IPS names: a header a client wrote never picks the address it is locked out by.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
 
 ROOT_URLCONF = "vnext.urls"
 ASGI_APPLICATION = "vnext.asgi.application"
@@ -227,6 +230,11 @@ VNEXT = {
     "HTTP_WORKERS": env.int("VNEXT_HTTP_WORKERS", default=0) or None,
     "HTTP_THREADS": env.int("VNEXT_HTTP_THREADS", default=8),
     "HTTP_ACCESS_LOG": env.bool("VNEXT_HTTP_ACCESS_LOG", default=False),
+    "MAX_BODY_BYTES": env.int("VNEXT_MAX_BODY_BYTES", default=2_621_440),
+    "BODY_READ_TIMEOUT_SECONDS": env.float("VNEXT_BODY_READ_TIMEOUT_SECONDS", default=30.0),
+    "MAX_HEADER_BYTES": env.int("VNEXT_MAX_HEADER_BYTES", default=64 * 1024),
+    # uvicorn's own variable name: the proxies trusted for X-Forwarded-For; empty: none.
+    "FORWARDED_ALLOW_IPS": env.str("FORWARDED_ALLOW_IPS", default=""),
     "TOKEN_CACHE_SECONDS": env.float("VNEXT_TOKEN_CACHE_SECONDS", default=60.0),
     "LONG_POLL_MAX_SECONDS": env.float("VNEXT_LONG_POLL_MAX_SECONDS", default=60.0),
     "LONG_POLL_RECHECK_SECONDS": env.float("VNEXT_LONG_POLL_RECHECK_SECONDS", default=5.0),
@@ -264,6 +272,8 @@ VNEXT = {
     "METRICS_TOKEN": env.str("VNEXT_METRICS_TOKEN", default="") or None,
     "UNINDEXED_WARN_ROWS": env.int("VNEXT_UNINDEXED_WARN_ROWS", default=100_000),
 }
+# One limit on request bodies: the serving layer's (read before a thread is taken) and Django's.
+DATA_UPLOAD_MAX_MEMORY_SIZE = VNEXT["MAX_BODY_BYTES"]
 
 # Master-schema fields encrypted at rest (x-encryption `encrypt`): Fernet keys, comma separated;
 # the first seals, every one opens (rotation: put the new key first, keep the old ones until

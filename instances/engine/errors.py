@@ -30,6 +30,9 @@ class Codes:
     APP_PAYLOAD_TOO_LARGE = ErrorCode("App:900009", 413, "Request body too large")
     APP_INTERNAL = ErrorCode("App:900000", 500, "Internal error")
     APP_DATABASE_UNAVAILABLE = ErrorCode("App:900010", 503, "Database unavailable")
+    # Answered by the serving layer (vnext/serving.py) before a request reaches Django.
+    APP_BODY_TIMEOUT = ErrorCode("App:900011", 408, "Request body too slow")
+    APP_HEADERS_TOO_LARGE = ErrorCode("App:900012", 431, "Request headers too large")
     AUTHORIZATION_DENIED = ErrorCode("Authorization:110001", 403, "Not allowed")
 
     COMPONENT_NOT_FOUND = ErrorCode("Component:100404", 404, "Component not found")

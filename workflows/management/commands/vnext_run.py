@@ -146,10 +146,24 @@ class Command(BaseCommand):
                 lifespan="off",
                 workers=workers,
                 access_log=bool(vnext_setting("HTTP_ACCESS_LOG")),
+                **hardened_options(),
             )
         finally:
             if embedded and workers == 1:
                 stop_embedded_runner()
+
+
+def hardened_options() -> dict[str, Any]:
+    """uvicorn's options for hostile clients: httptools with a limit on the request head
+    (`VNEXT_MAX_HEADER_BYTES`), and X-Forwarded-For believed only from the proxies
+    `FORWARDED_ALLOW_IPS` names (uvicorn's default believes loopback: any local client)."""
+    forwarded_allow_ips = str(vnext_setting("FORWARDED_ALLOW_IPS") or "")
+    return {
+        "http": "vnext.http_protocol:HeaderLimitedHttpToolsProtocol",
+        "proxy_headers": bool(forwarded_allow_ips),
+        # None would make uvicorn read FORWARDED_ALLOW_IPS itself, the same variable.
+        "forwarded_allow_ips": forwarded_allow_ips or None,
+    }
 
 
 def _metrics_directory(port: int) -> str:
