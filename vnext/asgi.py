@@ -20,12 +20,12 @@ django_wsgi_app = get_wsgi_application()
 
 from a2wsgi import WSGIMiddleware  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from instances.api.live import InstanceStateSocket  # noqa: E402
 from instances.api.longpoll import LongPollRouter, StateLongPoll  # noqa: E402
 from vnext.conf import vnext_setting  # noqa: E402
+from vnext.static import ConfinedStaticFilesHandler  # noqa: E402
 
 if os.environ.get("VNEXT_EMBEDDED_RUNNER_IN_WORKERS"):
     # A worker process of a multi-process `make run`: it runs jobs too (see vnext_run).
@@ -40,7 +40,7 @@ application = ProtocolTypeRouter(
             StateLongPoll(django_wsgi_app),
             WSGIMiddleware(
                 # The stubs type a WSGI handler's answer as HttpResponseBase: bytes chunks.
-                StaticFilesHandler(django_wsgi_app),  # type: ignore[arg-type]
+                ConfinedStaticFilesHandler(django_wsgi_app),  # type: ignore[arg-type]
                 workers=int(vnext_setting("HTTP_THREADS")),
             ),
         ),
