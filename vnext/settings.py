@@ -254,6 +254,8 @@ VNEXT = {
     # `/metrics` wants `Authorization: Bearer <token>` when set (else it is open, like /health).
     "METRICS_TOKEN": env.str("VNEXT_METRICS_TOKEN", default="") or None,
     "UNINDEXED_WARN_ROWS": env.int("VNEXT_UNINDEXED_WARN_ROWS", default=100_000),
+    # Request headers scripts and job rows never get; unset: `*auth*,*token*,...` (vnext/conf.py).
+    "HEADER_DENY_PATTERNS": env.list("VNEXT_HEADER_DENY_PATTERNS", default=None),
 }
 
 # Master-schema fields encrypted at rest (x-encryption `encrypt`): Fernet keys, comma separated;

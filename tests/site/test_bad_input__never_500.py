@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-
 import pytest
 from rest_framework.test import APIClient
 
