@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
+from instances.engine.egress import EgressPolicy
 from instances.engine.script_pool import PoolSettings
 from instances.engine.script_runner import DEFAULT_HEADER_DENY_PATTERNS, HeaderDenyList
 
@@ -45,6 +46,11 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFICATION_TIMEOUT_SECONDS": 10.0,
     "NOTIFICATION_REDIS_URL": "redis://127.0.0.1:6379/0",
     "NOTIFICATION_REDIS_CHANNEL": "vnext-notifications",
+    # The egress policy of outgoing calls (HTTP tasks, remote domains, notification webhooks):
+    # besides public addresses, these hosts (`name`, `name:port`, `*.suffix`; connected to
+    # whatever they resolve to) and networks (`10.20.0.0/16`, `127.0.0.1/32`).
+    "EGRESS_ALLOW_HOSTS": [],
+    "EGRESS_ALLOW_CIDRS": [],
     # The bearer token `/metrics` asks of its scraper; None: open.
     "METRICS_TOKEN": None,
     # How long the data, view and schema functions' answers are cached while their instance is
@@ -140,6 +146,19 @@ def header_deny_list() -> HeaderDenyList:
 @lru_cache(maxsize=8)
 def _header_deny_list(patterns: tuple[str, ...]) -> HeaderDenyList:
     return HeaderDenyList(patterns)
+
+
+def egress_policy() -> EgressPolicy:
+    """The egress policy from `EGRESS_ALLOW_HOSTS` and `EGRESS_ALLOW_CIDRS` (read at every
+    connect, so a settings override applies at once); a malformed CIDR raises `ValueError`."""
+    hosts = tuple(str(h) for h in vnext_setting("EGRESS_ALLOW_HOSTS") or ())
+    cidrs = tuple(str(c) for c in vnext_setting("EGRESS_ALLOW_CIDRS") or ())
+    return _egress_policy(hosts, cidrs)
+
+
+@lru_cache(maxsize=8)
+def _egress_policy(hosts: tuple[str, ...], cidrs: tuple[str, ...]) -> EgressPolicy:
+    return EgressPolicy.from_settings(hosts, cidrs)
 
 
 def notification_secret() -> str:

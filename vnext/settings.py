@@ -251,6 +251,10 @@ VNEXT = {
     "NOTIFICATION_REDIS_CHANNEL": env.str(
         "VNEXT_NOTIFICATION_REDIS_CHANNEL", default="vnext-notifications"
     ),
+    # Outgoing calls reach public addresses only, and these hosts and networks (comma
+    # separated: `mock.internal,localhost:3001` and `10.20.0.0/16`); `make run` allows its mock.
+    "EGRESS_ALLOW_HOSTS": env.list("VNEXT_EGRESS_ALLOW_HOSTS", default=[]),
+    "EGRESS_ALLOW_CIDRS": env.list("VNEXT_EGRESS_ALLOW_CIDRS", default=[]),
     # `/metrics` wants `Authorization: Bearer <token>` when set (else it is open, like /health).
     "METRICS_TOKEN": env.str("VNEXT_METRICS_TOKEN", default="") or None,
     "UNINDEXED_WARN_ROWS": env.int("VNEXT_UNINDEXED_WARN_ROWS", default=100_000),
