@@ -187,14 +187,16 @@ class _VettedBackend(httpcore.SyncBackend):
 
 
 class EgressTransport(httpx.HTTPTransport):
-    """httpx's transport with the egress policy checked at every connection it opens; no
-    proxies from the environment (they would connect on the policy's behalf)."""
+    """httpx's transport with the egress policy checked at every connection it opens. A client
+    given a transport takes no proxy from the environment (one would connect on the policy's
+    behalf); CA bundles from the environment (`SSL_CERT_FILE`, `SSL_CERT_DIR`) still apply."""
 
     def __init__(self, *, verify: bool = True) -> None:
-        super().__init__(verify=verify, trust_env=False)
+        ssl_context = httpx.create_ssl_context(verify=verify, trust_env=True)
+        super().__init__(verify=ssl_context)
         # httpx offers no hook for the network backend: the same pool as its own, with ours.
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            ssl_context=ssl_context,
             network_backend=_VettedBackend(),
             max_connections=httpx.Limits().max_connections,
             max_keepalive_connections=httpx.Limits().max_keepalive_connections,
@@ -203,7 +205,8 @@ class EgressTransport(httpx.HTTPTransport):
 
 
 def egress_client(*, verify: bool = True) -> httpx.Client:
-    """A new client under the egress policy, keeping no cookies."""
+    """A new client under the egress policy, keeping no cookies and reading no `.netrc`
+    credentials (they would go to whatever host a workflow names)."""
     return httpx.Client(
         transport=EgressTransport(verify=verify),
         cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),

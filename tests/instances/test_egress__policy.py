@@ -9,14 +9,22 @@ server that would answer if it were reached."""
 
 from __future__ import annotations
 
+import datetime
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpcore
+import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from instances.engine import egress
 from instances.engine.egress import EgressPolicy, EgressRefused, egress_client
@@ -52,9 +60,14 @@ class _Recorder(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def loopback_server(host: str = "127.0.0.1", redirect_to: str = "") -> Iterator[Any]:
-    """A server on `host` recording the paths it was asked for (and redirecting, if told)."""
+def loopback_server(
+    host: str = "127.0.0.1", redirect_to: str = "", tls: ssl.SSLContext | None = None
+) -> Iterator[Any]:
+    """A server on `host` recording the paths it was asked for (and redirecting, if told;
+    HTTPS with `tls`)."""
     server = ThreadingHTTPServer((host, 0), _Recorder)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.hits = []  # type: ignore[attr-defined]
     server.redirect_to = redirect_to  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -215,6 +228,59 @@ def test_an_http_task_does_not_follow_a_redirect_to_a_private_address(operator_c
         assert response.status_code == 200, response.json()
         assert public.hits == ["/go"]
         assert private.hits == []
+
+
+def self_signed(folder: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for DNS name `name` (its own CA) and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / f"{name}.pem", folder / f"{name}.key"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+@pytest.mark.parametrize(("certified", "verified"), [("localhost", True), ("other.example", False)])
+def test_tls_is_verified_against_the_host_name_not_the_vetted_address(
+    tmp_path, settings, monkeypatch, certified: str, verified: bool
+):
+    # The socket goes to 127.0.0.1 (the vetted answer); the certificate must still name the
+    # host the URL asked for.
+    cert_file, key_file = self_signed(tmp_path, certified)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    with loopback_server(tls=context) as server:
+        port = port_of(server)
+        settings.VNEXT = {**settings.VNEXT, "EGRESS_ALLOW_HOSTS": [f"localhost:{port}"]}
+
+        with egress_client() as client:
+            if verified:
+                assert client.get(f"https://localhost:{port}/tls").status_code == 200
+                assert server.hits == ["/tls"]
+            else:
+                with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                    client.get(f"https://localhost:{port}/tls")
+                assert server.hits == []
 
 
 # --- through the platform: HTTP tasks, webhooks, remote domains ----------------------------------
