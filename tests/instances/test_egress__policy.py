@@ -10,7 +10,10 @@ server that would answer if it were reached."""
 from __future__ import annotations
 
 import datetime
+import os
 import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +38,7 @@ from instances.remote import RoutingInstanceWriter
 from tests.engine.builders import state, transition, workflow
 from tests.instances.answers import fault
 from tests.instances.workflows import http_ref, http_task, publish
+from tests.site.server import ROOT
 
 pytestmark = pytest.mark.usefixtures("egress_refuses_loopback")
 BASE = "/api/v1/core/workflows/fetcher/instances"
@@ -402,3 +406,40 @@ def test_a_remote_domain_on_the_local_machine_fails_the_task_with_egress_refused
 
         assert failed.value.code == "Task:EgressRefused"
         assert runtime.hits == []
+
+
+# --- the settings, as a process reads them from its environment ----------------------------------
+
+PRINT_POLICY = (
+    "import django; django.setup(); "
+    "from instances.engine.egress import egress_policy; p = egress_policy(); "
+    "print(sorted(p.allow_hosts), [str(n) for n in p.allow_cidrs])"
+)
+
+
+def boot(**env: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "vnext.settings", **env}
+    return subprocess.run(
+        [sys.executable, "-c", PRINT_POLICY], cwd=ROOT, env=environment,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_the_allow_lists_are_read_comma_separated_from_the_environment():
+    booted = boot(
+        VNEXT_EGRESS_ALLOW_HOSTS="localhost:3001,*.corp.example",
+        VNEXT_EGRESS_ALLOW_CIDRS="10.20.0.0/16, 127.0.0.1",
+    )
+
+    assert booted.returncode == 0, booted.stderr
+    assert booted.stdout.strip().splitlines()[-1] == (
+        "['*.corp.example', 'localhost:3001'] ['10.20.0.0/16', '127.0.0.1/32']"
+    )
+
+
+def test_a_process_refuses_to_boot_with_a_malformed_cidr():
+    booted = boot(VNEXT_EGRESS_ALLOW_CIDRS="10.20.0.0/33")
+
+    assert booted.returncode != 0
+    assert "VNEXT_EGRESS_ALLOW_CIDRS" in booted.stderr
+    assert "10.20.0.0/33" in booted.stderr
