@@ -37,7 +37,7 @@ class InstancesConfig(AppConfig):
         except ValueError as exc:
             # A malformed allow-list entry would refuse (or fail) every outgoing call.
             raise ImproperlyConfigured(
-                f"VNEXT['EGRESS_ALLOW_CIDRS'] (VNEXT_EGRESS_ALLOW_CIDRS): {exc}"
+                f"VNEXT_EGRESS_ALLOW_HOSTS / VNEXT_EGRESS_ALLOW_CIDRS: a malformed entry: {exc}"
             ) from exc
         configure_egress(egress_policy)
         configure_pool(script_pool_settings())

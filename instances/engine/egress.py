@@ -80,35 +80,46 @@ def _host_name(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
 
 
+def allow_entry(entry: str) -> tuple[str, int | None]:
+    """An allow-list entry as (host, port or None): `mock.internal`, `localhost:3001`,
+    `*.corp.example`, `10.0.0.5:8080`, `[fd00::5]:8443`, `fd00::5`."""
+    text = entry.strip()
+    if text.startswith("[") and "]:" in text:
+        host, _, port = text[1:].partition("]:")
+        return _host_name(host), int(port)
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return _host_name(host), int(port)
+    return _host_name(text), None
+
+
 @dataclass(frozen=True)
 class EgressPolicy:
-    """What outgoing calls may reach besides public addresses: hosts (`name`, `name:port`,
-    `*.suffix`, an IP literal) connected to whatever they resolve to, and networks."""
+    """What outgoing calls may reach besides public addresses: hosts, each on any port or one
+    (`allow_entry`), connected to whatever they resolve to; and networks."""
 
-    allow_hosts: frozenset[str] = frozenset()
+    allow_hosts: frozenset[tuple[str, int | None]] = frozenset()
     allow_cidrs: tuple[IPNetwork, ...] = ()
 
     @classmethod
     def from_settings(cls, hosts: Iterable[str], cidrs: Iterable[str]) -> EgressPolicy:
-        """A policy from the settings' lists; a malformed CIDR raises `ValueError`."""
+        """A policy from the settings' lists; a malformed entry raises `ValueError`."""
         return cls(
-            allow_hosts=frozenset(_host_name(h) for h in hosts if h and h.strip()),
+            allow_hosts=frozenset(allow_entry(h) for h in hosts if h and h.strip()),
             allow_cidrs=tuple(
                 ipaddress.ip_network(c.strip(), strict=False) for c in cidrs if c and c.strip()
             ),
         )
 
     def host_allowed(self, host: str, port: int) -> bool:
-        """True when `host` (any port) or `host:port` is on the allow-list, or matches a
-        `*.suffix` entry."""
+        """True when an entry names `host` (or, `*.suffix`, a parent of it) on any port or on
+        `port`."""
         name = _host_name(host)
-        if name in self.allow_hosts or f"{name}:{port}" in self.allow_hosts:
-            return True
         return any(
-            entry.startswith("*.") and name.endswith(entry[1:].split(":")[0])
-            and (":" not in entry[2:] or entry.endswith(f":{port}"))
-            for entry in self.allow_hosts
-        )  # fmt: skip
+            (name == allowed or (allowed.startswith("*.") and name.endswith(allowed[1:])))
+            and allowed_port in (None, port)
+            for allowed, allowed_port in self.allow_hosts
+        )
 
     def refusal(self, address: IPAddress) -> str | None:
         """Why a connection to `address` is refused, or None when it may be made."""

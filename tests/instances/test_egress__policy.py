@@ -368,6 +368,24 @@ def test_a_wildcard_host_entry_allows_its_subdomains_only():
         policy.vet("corp.example.evil", 443, private)
 
 
+@pytest.mark.parametrize(
+    ("entry", "host", "port", "allowed"),
+    [
+        ("localhost:3001", "localhost", 3001, True),
+        ("localhost:3001", "localhost", 3002, False),
+        ("mock.internal", "MOCK.internal.", 8080, True),
+        ("10.0.0.5:8080", "10.0.0.5", 8080, True),
+        ("[fd00::5]:8443", "fd00::5", 8443, True),
+        ("[fd00::5]:8443", "fd00::5", 443, False),
+        ("fd00::5", "fd00::5", 443, True),
+        ("*.corp.example:443", "api.corp.example", 443, True),
+        ("*.corp.example:443", "api.corp.example", 80, False),
+    ],
+)
+def test_host_entries_name_a_host_on_any_port_or_one(entry, host, port, allowed):
+    assert EgressPolicy.from_settings([entry], []).host_allowed(host, port) is allowed
+
+
 def test_a_name_that_does_not_resolve_is_a_connection_failure_not_a_refusal(monkeypatch):
     def nowhere(host: str, port: int) -> list[str]:
         raise httpcore.ConnectError(f"{host} could not be resolved")
@@ -413,7 +431,7 @@ def test_a_remote_domain_on_the_local_machine_fails_the_task_with_egress_refused
 PRINT_POLICY = (
     "import django; django.setup(); "
     "from instances.engine.egress import egress_policy; p = egress_policy(); "
-    "print(sorted(p.allow_hosts), [str(n) for n in p.allow_cidrs])"
+    "print(sorted(p.allow_hosts, key=str), [str(n) for n in p.allow_cidrs])"
 )
 
 
@@ -427,13 +445,14 @@ def boot(**env: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_allow_lists_are_read_comma_separated_from_the_environment():
     booted = boot(
-        VNEXT_EGRESS_ALLOW_HOSTS="localhost:3001,*.corp.example",
+        VNEXT_EGRESS_ALLOW_HOSTS="localhost:3001,*.corp.example,[fd00::5]:8443",
         VNEXT_EGRESS_ALLOW_CIDRS="10.20.0.0/16, 127.0.0.1",
     )
 
     assert booted.returncode == 0, booted.stderr
     assert booted.stdout.strip().splitlines()[-1] == (
-        "['*.corp.example', 'localhost:3001'] ['10.20.0.0/16', '127.0.0.1/32']"
+        "[('*.corp.example', None), ('fd00::5', 8443), ('localhost', 3001)] "
+        "['10.20.0.0/16', '127.0.0.1/32']"
     )
 
 
