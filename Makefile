@@ -34,6 +34,9 @@ PY := $(VENV)/bin/python
 # install step rebuilds a virtualenv that another interpreter made.
 STAMP := $(VENV)/.installed-py$(PYVER)
 PORT ?= 8000
+# The mock API the examples' HTTP tasks call (`Example:ApiBaseUrl`, default localhost:3001):
+# `make run` allows it through the egress policy (set VNEXT_EGRESS_ALLOW_HOSTS to replace it).
+EXAMPLES_MOCK ?= localhost:3001
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/vnext_test
 # The browser tests (tests/site/test_admin__browser_*.py) drive Debian's chromium through its
 # chromedriver, and the admin draws state diagrams with Graphviz's dot; `make browser` installs
@@ -83,7 +86,8 @@ browser: ## Install chromium, chromedriver (browser tests) and graphviz (admin d
 	  || { echo "Could not install $(BROWSER_PACKAGES): install them as root" >&2; exit 1; }; }
 
 run: $(STAMP) ## Embedded server: SQLite, examples loaded, operator account, http://127.0.0.1:$(PORT)
-	PORT=$(PORT) $(PY) manage.py vnext_run
+	PORT=$(PORT) VNEXT_EGRESS_ALLOW_HOSTS=$${VNEXT_EGRESS_ALLOW_HOSTS-$(EXAMPLES_MOCK)} \
+	  $(PY) manage.py vnext_run
 
 serve: $(STAMP) ## Production server, same topology as run: serve only (run `make migrate` first)
 	PORT=$(PORT) HOST=$${HOST:-0.0.0.0} $(PY) manage.py vnext_run --serve-only

@@ -3,9 +3,10 @@
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
+from instances.engine.egress import configure_egress
 from instances.engine.script_pool import configure_pool
 from instances.field_encryption import key_problem
-from vnext.conf import script_pool_settings, vnext_setting
+from vnext.conf import egress_policy, script_pool_settings, vnext_setting
 from vnext.observability import configure_tracing
 
 
@@ -17,9 +18,9 @@ class InstancesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Check the settings a process cannot run with (fan-out limit, encryption keys), and
-        configure the script worker pool (started on first use, or by `vnext_run` and the
-        Celery worker at start-up)."""
+        """Check the settings a process cannot run with (fan-out limit, encryption keys, egress
+        allow-list), put the egress policy in force, and configure the script worker pool
+        (started on first use, or by `vnext_run` and the Celery worker at start-up)."""
         limit = vnext_setting("FAN_OUT_MAX_CONCURRENT_ITEMS")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             # A limit of 0 would stall every fan-out batch at its first item: refuse to boot.
@@ -31,6 +32,14 @@ class InstancesConfig(AppConfig):
         if problem is not None:
             # A malformed key would fail the first write of an encrypted field: refuse to boot.
             raise ImproperlyConfigured(problem)
+        try:
+            egress_policy()
+        except ValueError as exc:
+            # A malformed allow-list entry would refuse (or fail) every outgoing call.
+            raise ImproperlyConfigured(
+                f"VNEXT_EGRESS_ALLOW_HOSTS / VNEXT_EGRESS_ALLOW_CIDRS: a malformed entry: {exc}"
+            ) from exc
+        configure_egress(egress_policy)
         configure_pool(script_pool_settings())
         # Trace spans leave the process only when an OTLP endpoint is configured.
         configure_tracing()

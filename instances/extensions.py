@@ -32,10 +32,10 @@ from instances.engine.functions import (
     extension_output,
 )
 from instances.engine.records import InstanceSnapshot, deep_merge
-from instances.engine.script_runner import script_headers
 from instances.models import Instance
 from instances.orm_store import snapshot_of
 from instances.wiring import engine
+from vnext.conf import header_deny_list
 from workflows.documents import ComponentKind
 from workflows.models import Component
 
@@ -138,7 +138,7 @@ def instance_extensions(
     request = Request(
         definition=definition,
         instance=instance,
-        headers=script_headers(headers),
+        headers=header_deny_list().strip(headers),
         query=dict(query or {}),
         configuration=dict(engine().config.script_configuration),
     )

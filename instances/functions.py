@@ -50,9 +50,9 @@ from instances.engine.functions import (
 from instances.engine.payload import validate_attributes
 from instances.engine.records import InstanceSnapshot
 from instances.engine.roles import allowed
-from instances.engine.script_runner import script_headers
 from instances.services import shaped_answer
 from instances.wiring import engine
+from vnext.conf import header_deny_list
 from workflows.documents import ComponentKind
 from workflows.models import Component
 
@@ -229,7 +229,7 @@ def _request(
     return Request(
         definition=definition,
         instance=instance,
-        headers=script_headers(headers),
+        headers=header_deny_list().strip(headers),
         query=dict(query),
         configuration=dict(engine().config.script_configuration),
         body=body,

@@ -12,8 +12,8 @@ name goes through the one configured transport; the name travels in the body and
 webhook, in `X-VNext-Channel`.
 
 Channels: `WebhookChannel` (the default: an HTTP POST with httpx, signed with an HMAC-SHA256 of
-the body in `X-VNext-Signature`) and `RedisChannel` (a Redis pub/sub message);
-`VNEXT["NOTIFICATION_CHANNEL"]` names the class.
+the body in `X-VNext-Signature`, under the egress policy like every outgoing call) and
+`RedisChannel` (a Redis pub/sub message); `VNEXT["NOTIFICATION_CHANNEL"]` names the class.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import httpx
 from django.utils.module_loading import import_string
 
+from instances.engine.egress import EgressRefused, shared_client
 from vnext.conf import notification_secret, vnext_setting
 
 
@@ -104,8 +105,10 @@ class WebhookChannel:
         }
         timeout = float(vnext_setting("NOTIFICATION_TIMEOUT_SECONDS"))
         try:
-            answer = httpx.post(url, content=body, headers=headers, timeout=timeout)
-        except httpx.HTTPError as exc:
+            answer = shared_client(True).post(url, content=body, headers=headers, timeout=timeout)
+        except EgressRefused as exc:
+            raise NotificationFailed(f"webhook {url}: {exc}") from exc
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise NotificationFailed(f"webhook {url} could not be reached: {exc}") from exc
         if not answer.is_success:
             raise NotificationFailed(f"webhook {url} answered {answer.status_code}")

@@ -1,7 +1,8 @@
 """Trigger tasks (11 start, 12 direct trigger) whose target domain another vNext runtime serves:
 the operator maps such domains to that runtime's API (`VNEXT_REMOTE_DOMAINS`), and the task is
 then a call to its public REST API over HTTP, with the task's `timeoutSeconds` and
-`validateSsl`; every other domain is served in-process by `ServiceInstanceWriter`.
+`validateSsl`, under the egress policy (a runtime on a private address needs an allow-list
+entry); every other domain is served in-process by `ServiceInstanceWriter`.
 
 A SubProcess (14) child is correlated with its parent in this runtime's database, so it always
 starts here: a remote target domain fails with `Task:Trigger:Config` (and publish refuses it)."""
@@ -13,10 +14,10 @@ from urllib.parse import quote
 
 import httpx
 
+from instances.engine.egress import EgressRefused, shared_client
 from instances.engine.errors import Codes
 from instances.engine.ports import CallOptions, InstanceAnswer, SubprocessParent
 from instances.engine.task_types.base import StandardResponse, TaskFailure
-from instances.engine.task_types.http import shared_client
 from instances.job_handlers import ServiceInstanceWriter
 from vnext.conf import remote_base_url, vnext_setting
 
@@ -116,6 +117,8 @@ def _call(
         response = shared_client(options.validate_ssl).request(
             method, base + path, params=query, json=body, headers=sent, timeout=timeout
         )
+    except EgressRefused as exc:
+        raise TaskFailure(Codes.TASK_EGRESS_REFUSED, f"{method} {base}{path}: {exc}") from exc
     except httpx.TimeoutException as exc:
         message = f"{method} {base}{path} timed out after {timeout:g} s"
         raise TaskFailure(Codes.TASK_HTTP_TIMEOUT, message, _unanswered(message)) from exc

@@ -26,7 +26,6 @@ from instances.engine.overrides import NO_OVERRIDES, OVERRIDES_KEY, SubflowOverr
 from instances.engine.pipeline import MAX_CHAIN_DEPTH
 from instances.engine.records import InstanceSnapshot, waiting_child
 from instances.engine.roles import Caller, allowed
-from instances.engine.script_runner import script_headers
 from instances.engine.view_selection import (
     ViewChoice,
     is_conditional,
@@ -69,7 +68,7 @@ from instances.status import (
     Trigger,
 )
 from instances.wiring import engine
-from vnext.conf import schema_hash_salt, vnext_setting
+from vnext.conf import header_deny_list, schema_hash_salt, vnext_setting
 
 
 @dataclass(frozen=True)
@@ -762,7 +761,7 @@ def chosen_view(
         definition,
         instance,
         slot,
-        headers=script_headers(headers),
+        headers=header_deny_list().strip(headers),
         query=query,
         configuration=engine().config.script_configuration,
     )
@@ -784,7 +783,7 @@ def view_variant(
     variant: tuple[Any, ...] = (transition_key, query.get("platform"))
     transition = _transition_for_function(definition, instance, transition_key)
     if is_conditional(view_slot(definition, instance, transition, roles).definition):
-        variant += (sorted(script_headers(headers).items()), sorted(query.items()))
+        variant += (sorted(header_deny_list().strip(headers).items()), sorted(query.items()))
     return variant
 
 

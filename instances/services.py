@@ -44,7 +44,7 @@ from instances.engine.records import (
     waiting_child,
 )
 from instances.engine.roles import INSTANCE_STARTER, Caller, allowed
-from instances.engine.script_runner import CREDENTIAL_HEADERS, script_context
+from instances.engine.script_runner import script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.subflows import forward_target
 from instances.field_encryption import protection_of, seal_request
@@ -57,6 +57,7 @@ from instances.orm_store import (
 from instances.queue import job_enqueue, lane_ticket
 from instances.status import CorrelationStatus, InstanceStatus, JobKind, JobStatus, Trigger
 from instances.wiring import engine
+from vnext.conf import header_deny_list
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ def instance_retry(
         )
     definition = workflow_definition(domain, instance.workflow_key, instance.workflow_version)
     fault = _store.fault_to_retry(instance)
-    headers = {k: v for k, v in (info.headers or {}).items() if k not in _SECRET_HEADERS}
+    headers = header_deny_list().strip(info.headers)
     request = retry_request(
         definition,
         fault,
@@ -406,10 +407,6 @@ def _correction(body: Any) -> dict[str, Any]:
     raise VNextError(Codes.APP_INVALID_REQUEST, "the correction must be a JSON object")
 
 
-# Headers never written to a job row: credentials stay out of the database.
-_SECRET_HEADERS = CREDENTIAL_HEADERS
-
-
 def _job_payload(
     definition: WorkflowDefinition,
     transition: TransitionDef,
@@ -418,7 +415,7 @@ def _job_payload(
     info: RequestInfo,
     **extra: Any,
 ) -> dict[str, Any]:
-    headers = {k: v for k, v in (info.headers or {}).items() if k not in _SECRET_HEADERS}
+    headers = header_deny_list().strip(info.headers)
     built = {
         "transition": transition.key,
         "attributes": payload.attributes,
@@ -822,7 +819,7 @@ def _request(
         attributes=payload.attributes,
         body=body,
         # Scripts see the caller's headers but never its credentials (as jobs never store them).
-        headers={k: v for k, v in (info.headers or {}).items() if k not in _SECRET_HEADERS},
+        headers=header_deny_list().strip(info.headers),
         query=dict(info.query or {}),
         actor=info.actor,
         stage=payload.stage,

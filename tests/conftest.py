@@ -37,6 +37,23 @@ def _fast_password_hashing() -> None:
     ]
 
 
+# What the suite's own stubs listen on: HTTP-task servers, webhooks and remote runtimes.
+LOOPBACK_CIDRS = ["127.0.0.0/8", "::1/128"]
+
+
+@pytest.fixture(autouse=True)
+def _egress_allows_loopback(settings: Any) -> None:
+    # The egress policy refuses loopback by default, and the suite's HTTP stubs listen there:
+    # every test allows it; the egress tests (`egress_refuses_loopback`) take it back.
+    settings.VNEXT = {**getattr(settings, "VNEXT", {}), "EGRESS_ALLOW_CIDRS": LOOPBACK_CIDRS}
+
+
+@pytest.fixture
+def egress_refuses_loopback(settings: Any) -> None:
+    """The egress policy as it is out of the box: no host, no network allowed."""
+    settings.VNEXT = {**settings.VNEXT, "EGRESS_ALLOW_HOSTS": [], "EGRESS_ALLOW_CIDRS": []}
+
+
 def corpus_files() -> list[Path]:
     """Every JSON file of the conformance corpus."""
     return sorted(CORPUS_DIR.rglob("*.json"))

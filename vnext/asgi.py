@@ -24,7 +24,6 @@ django_wsgi_app = get_wsgi_application()
 
 from a2wsgi import WSGIMiddleware  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from instances.api.live import InstanceStateSocket, NoSuchSocket  # noqa: E402
@@ -32,6 +31,7 @@ from instances.api.longpoll import LongPollRouter, StateLongPoll  # noqa: E402
 from vnext.conf import vnext_setting  # noqa: E402
 from vnext.observability import redact_credentials_in  # noqa: E402
 from vnext.serving import ServingLayer  # noqa: E402
+from vnext.static import ConfinedStaticFilesHandler  # noqa: E402
 
 # uvicorn logs every WebSocket's URL (and, with the access log on, every request's) on its own
 # loggers and handlers: redact `?token=` there too.
@@ -50,7 +50,7 @@ router = ProtocolTypeRouter(
             StateLongPoll(django_wsgi_app),
             WSGIMiddleware(
                 # The stubs type a WSGI handler's answer as HttpResponseBase: bytes chunks.
-                StaticFilesHandler(django_wsgi_app),  # type: ignore[arg-type]
+                ConfinedStaticFilesHandler(django_wsgi_app),  # type: ignore[arg-type]
                 workers=int(vnext_setting("HTTP_THREADS")),
             ),
         ),

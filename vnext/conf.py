@@ -1,11 +1,14 @@
 """The platform's settings: one `VNEXT` dict in Django settings, with defaults defined here."""
 
 import hashlib
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
 
+from instances.engine.egress import EgressPolicy
 from instances.engine.script_pool import PoolSettings
+from instances.engine.script_runner import DEFAULT_HEADER_DENY_PATTERNS, HeaderDenyList
 
 DEFAULTS: dict[str, Any] = {
     # Wall-clock limit for one script call (rule, mapping, timer, ...), in seconds.
@@ -43,6 +46,11 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFICATION_TIMEOUT_SECONDS": 10.0,
     "NOTIFICATION_REDIS_URL": "redis://127.0.0.1:6379/0",
     "NOTIFICATION_REDIS_CHANNEL": "vnext-notifications",
+    # The egress policy of outgoing calls (HTTP tasks, remote domains, notification webhooks):
+    # besides public addresses, these hosts (`name`, `name:port`, `*.suffix`; connected to
+    # whatever they resolve to) and networks (`10.20.0.0/16`, `127.0.0.1/32`).
+    "EGRESS_ALLOW_HOSTS": [],
+    "EGRESS_ALLOW_CIDRS": [],
     # The bearer token `/metrics` asks of its scraper; None: open.
     "METRICS_TOKEN": None,
     # How long the data, view and schema functions' answers are cached while their instance is
@@ -62,6 +70,10 @@ DEFAULTS: dict[str, Any] = {
     # first seals, every one opens. Empty: none (settings derive one when DEBUG or on the
     # generated SECRET_KEY); publish then refuses a schema that encrypts a field.
     "ENCRYPTION_KEYS": [],
+    # Request headers kept from scripts (`context.headers`) and job rows: case-insensitive shell
+    # patterns; a list replaces these, None keeps them (Authorization, Proxy-Authorization,
+    # Cookie and X-Api-Key are kept back whatever the list says).
+    "HEADER_DENY_PATTERNS": list(DEFAULT_HEADER_DENY_PATTERNS),
     # How deep objects and arrays may nest in a request body (deeper: 400).
     "MAX_BODY_DEPTH": 64,
     # The claim of a JWT bearer token that lists the caller's roles (beside its groups).
@@ -143,6 +155,32 @@ def vnext_setting(name: str) -> Any:
     if name not in DEFAULTS:
         raise KeyError(f"unknown VNEXT setting {name!r}")
     return getattr(settings, "VNEXT", {}).get(name, DEFAULTS[name])
+
+
+def header_deny_list() -> HeaderDenyList:
+    """The request headers scripts and job rows never get (`HEADER_DENY_PATTERNS`)."""
+    patterns = vnext_setting("HEADER_DENY_PATTERNS")
+    if patterns is None:
+        return HeaderDenyList.default()
+    return _header_deny_list(tuple(str(p) for p in patterns))
+
+
+@lru_cache(maxsize=8)
+def _header_deny_list(patterns: tuple[str, ...]) -> HeaderDenyList:
+    return HeaderDenyList(patterns)
+
+
+def egress_policy() -> EgressPolicy:
+    """The egress policy from `EGRESS_ALLOW_HOSTS` and `EGRESS_ALLOW_CIDRS` (read at every
+    connect, so a settings override applies at once); a malformed CIDR raises `ValueError`."""
+    hosts = tuple(str(h) for h in vnext_setting("EGRESS_ALLOW_HOSTS") or ())
+    cidrs = tuple(str(c) for c in vnext_setting("EGRESS_ALLOW_CIDRS") or ())
+    return _egress_policy(hosts, cidrs)
+
+
+@lru_cache(maxsize=8)
+def _egress_policy(hosts: tuple[str, ...], cidrs: tuple[str, ...]) -> EgressPolicy:
+    return EgressPolicy.from_settings(hosts, cidrs)
 
 
 def notification_secret() -> str:

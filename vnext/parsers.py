@@ -55,8 +55,9 @@ class JsonParser(JSONParser):
 # `name`, then any number of `[segment]`: `attributes[customer][ownerUserId]`, `tags[]`.
 _BRACKET_KEY = re.compile(r"^([^\[\]]+)((?:\[[^\[\]]*\])*)$")
 _SEGMENT = re.compile(r"\[([^\[\]]*)\]")
-# An array index: ASCII digits without a leading zero ("²" and "01" are object keys).
-_INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
+# An array index: ASCII digits without a leading zero ("²" and "01" are object keys), of any
+# length: `items[1000000000]` is an index far past its siblings (a gap, refused), not a key.
+_INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
 class _FormTree:
@@ -87,22 +88,27 @@ def _form_value(node: _FormTree, path: tuple[str, ...]) -> Any:
         return node.values[0] if len(node.values) == 1 and not node.listed else list(node.values)
     keys = list(node.children)
     if all(_INDEX.fullmatch(key) for key in keys):
-        indices = sorted(int(key) for key in keys)
-        if indices != list(range(len(indices))) or len(set(keys)) != len(indices):
+        # Compared as strings: a 5,000-digit index is no int to convert, just a gap.
+        if set(keys) != {str(index) for index in range(len(keys))}:
             raise _form_error(path, "array indices must run 0, 1, 2, ... without gaps")
-        ordered = sorted(node.children.items(), key=lambda item: int(item[0]))
-        return [_form_value(child, (*path, key)) for key, child in ordered]
+        return [
+            _form_value(node.children[str(index)], (*path, str(index)))
+            for index in range(len(keys))
+        ]
     return {key: _form_value(child, (*path, key)) for key, child in node.children.items()}
 
 
-def bracket_form_to_json(fields: Iterable[tuple[str, list[str]]]) -> dict[str, Any]:
+def bracket_form_to_json(
+    fields: Iterable[tuple[str, list[str]]], *, max_depth: int | None = None
+) -> dict[str, Any]:
     """Nest `application/x-www-form-urlencoded` fields by their bracket paths:
     `attributes[customer][id]=7&tags[]=a&tags[]=b&items[0][n]=x` gives
     `{"attributes": {"customer": {"id": "7"}}, "tags": ["a", "b"], "items": [{"n": "x"}]}`.
 
     Values stay strings (a form carries no types; send JSON for numbers and booleans); a name
     repeated without `[]` gives a list too. A malformed name, a field that is both a value and an
-    object, or array indices with gaps is a 400 at the field's pointer."""
+    object, array indices with gaps, or a path of more than `max_depth` segments is a 400 at the
+    field's pointer."""
     root = _FormTree()
     for name, values in fields:
         match = _BRACKET_KEY.match(name)
@@ -113,6 +119,11 @@ def bracket_form_to_json(fields: Iterable[tuple[str, list[str]]]) -> dict[str, A
             raise _form_error(tuple(segments), "`[]` may only end a field name")
         node = root
         path = segments[:-1] if segments[-1] == "" else segments
+        if max_depth is not None and len(path) > max_depth:
+            # Refused while reading: nesting the tree recurses once per segment.
+            raise _form_error(
+                tuple(path[: max_depth + 1]), f"a field name nests deeper than {max_depth} levels"
+            )
         for segment in path:
             node = node.children.setdefault(segment, _FormTree())
         node.values.extend(values)
@@ -128,8 +139,8 @@ class BracketFormParser(FormParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         """Parse the form, then nest its fields."""
         form = super().parse(stream, media_type, parser_context)
-        data = bracket_form_to_json(form.lists())
         limit = int(vnext_setting("MAX_BODY_DEPTH"))
+        data = bracket_form_to_json(form.lists(), max_depth=limit)
         if nesting_depth(data) > limit:
             raise exceptions.ParseError(f"form parse error - the body nests deeper than {limit}")
         return data

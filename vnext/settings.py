@@ -268,9 +268,15 @@ VNEXT = {
     "NOTIFICATION_REDIS_CHANNEL": env.str(
         "VNEXT_NOTIFICATION_REDIS_CHANNEL", default="vnext-notifications"
     ),
+    # Outgoing calls reach public addresses only, and these hosts and networks (comma
+    # separated: `mock.internal,localhost:3001` and `10.20.0.0/16`); `make run` allows its mock.
+    "EGRESS_ALLOW_HOSTS": env.list("VNEXT_EGRESS_ALLOW_HOSTS", default=[]),
+    "EGRESS_ALLOW_CIDRS": env.list("VNEXT_EGRESS_ALLOW_CIDRS", default=[]),
     # `/metrics` wants `Authorization: Bearer <token>` when set (else it is open, like /health).
     "METRICS_TOKEN": env.str("VNEXT_METRICS_TOKEN", default="") or None,
     "UNINDEXED_WARN_ROWS": env.int("VNEXT_UNINDEXED_WARN_ROWS", default=100_000),
+    # Request headers scripts and job rows never get; unset: `*auth*,*token*,...` (vnext/conf.py).
+    "HEADER_DENY_PATTERNS": env.list("VNEXT_HEADER_DENY_PATTERNS", default=None),
 }
 # One limit on request bodies: the serving layer's (read before a thread is taken) and Django's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = VNEXT["MAX_BODY_BYTES"]

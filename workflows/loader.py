@@ -44,6 +44,15 @@ def load_file(path: Path, root: Path | None = None) -> BatchItem:
     definition never pulls a file from elsewhere on the importing machine."""
     source = str(path)
     inside = (root or path.parent).resolve()
+    if not path.resolve().is_relative_to(inside):
+        # A symbolic link inside the folder to a definition elsewhere is refused like a script
+        # `location` outside it: the folder is all an import reads.
+        return BatchItem(
+            document=None,
+            source=source,
+            status="rejected",
+            message=f"{path} links to {path.resolve()}, outside the imported folder {inside}",
+        )
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

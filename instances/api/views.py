@@ -111,7 +111,7 @@ from instances.services import (
     workflow_definition,
 )
 from instances.status import InstanceStatus
-from vnext.conf import vnext_setting
+from vnext.conf import header_deny_list, vnext_setting
 from vnext.openapi import (
     ACCEPT_LANGUAGE,
     IF_NONE_MATCH,
@@ -263,7 +263,9 @@ def _readable_snapshot(request: Request, domain: str, workflow: str, ref: str) -
 
 
 def _headers(request: Request) -> dict[str, str]:
-    return {k.lower(): v for k, v in request.headers.items()}
+    # Credential-like headers are dropped where the request is read: no script, job row or
+    # event sees them (HEADER_DENY_PATTERNS).
+    return header_deny_list().strip(request.headers)
 
 
 def _info(request: Request) -> RequestInfo:
@@ -1528,7 +1530,7 @@ class InstanceEventView(ApiView):
             action=action,
             transition_key=request.query_params.get("transitionKey") or None,
             body=request.data,
-            headers={k.lower(): v for k, v in request.headers.items()},
+            headers=_headers(request),
             info=_info(request),
         )
         return Response(outcome.as_dict())

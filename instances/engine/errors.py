@@ -75,6 +75,9 @@ class Codes:
     TASK_OUTPUT_MAPPING_FAILED = ErrorCode("Task:400008", 502, "Task output mapping failed")
     TASK_HTTP_TIMEOUT = ErrorCode("Task:Http:Timeout", 504, "HTTP task timed out")
     TASK_HTTP_TRANSPORT = ErrorCode("Task:Http:Transport", 502, "HTTP task could not connect")
+    TASK_EGRESS_REFUSED = ErrorCode(
+        "Task:EgressRefused", 403, "The call goes to an address the egress policy refuses"
+    )
     TASK_NOT_FOUND = ErrorCode("Task:NotFound", 502, "Task component is not published")
     TASK_INSTANCE_NOT_FOUND = ErrorCode(
         "Task:Instance:404", 502, "Instance the task reads is missing"

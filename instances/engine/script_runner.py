@@ -9,6 +9,9 @@ Scripts never run in this process: each call is a round trip to a worker
 from __future__ import annotations
 
 import copy
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +39,8 @@ from instances.engine.scripts import (
 
 __all__ = [
     "CREDENTIAL_HEADERS",
+    "DEFAULT_HEADER_DENY_PATTERNS",
+    "HeaderDenyList",
     "ScriptExecutor",
     "ScriptHandle",
     "ScriptObject",
@@ -47,13 +52,56 @@ __all__ = [
     "stopped_code",
 ]
 
-# Request headers scripts never see (and job rows never store): the caller's credentials.
+# Request headers scripts never see (and job rows never store), whatever patterns an operator
+# configures: the caller's own credentials.
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "x-api-key", "proxy-authorization"})
+# Names that look like a credential besides (`X-Auth-Token`, `X-Amz-Security-Token`,
+# `X-CSRFToken`, `X-Session-Id`, ...): case-insensitive shell patterns, the default of
+# `VNEXT["HEADER_DENY_PATTERNS"]`.
+DEFAULT_HEADER_DENY_PATTERNS = (
+    "*auth*",
+    "*token*",
+    "*secret*",
+    "*session*",
+    "*csrf*",
+    "*key*",
+    "*cookie*",
+)
 
 
-def script_headers(headers: dict[str, str] | None) -> dict[str, str]:
-    """A request's headers (lower-case names) as scripts see them: without credentials."""
-    return {k: v for k, v in (headers or {}).items() if k not in CREDENTIAL_HEADERS}
+class HeaderDenyList:
+    """Request header names kept from scripts and job rows: the credential headers and every
+    name matching one of `patterns` (`fnmatch` patterns, case-insensitive)."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.patterns = tuple(p.strip().lower() for p in patterns if p and p.strip())
+        expression = "|".join(fnmatch.translate(p) for p in self.patterns)
+        self._matches = re.compile(expression).match if expression else None
+
+    @classmethod
+    def default(cls) -> HeaderDenyList:
+        """The list of `DEFAULT_HEADER_DENY_PATTERNS`."""
+        return _DEFAULT_DENY_LIST
+
+    def denies(self, name: str) -> bool:
+        """True when the header `name` is kept back."""
+        lowered = name.lower()
+        return lowered in CREDENTIAL_HEADERS or bool(self._matches and self._matches(lowered))
+
+    def strip(self, headers: Mapping[str, str] | None) -> dict[str, str]:
+        """`headers` with lower-case names, without the ones this list denies."""
+        return {k.lower(): v for k, v in (headers or {}).items() if not self.denies(k)}
+
+
+_DEFAULT_DENY_LIST = HeaderDenyList(DEFAULT_HEADER_DENY_PATTERNS)
+
+
+def script_headers(
+    headers: Mapping[str, str] | None, deny: HeaderDenyList | None = None
+) -> dict[str, str]:
+    """A request's headers (lower-case names) as scripts see them: without credentials or
+    anything `deny` (default: `DEFAULT_HEADER_DENY_PATTERNS`) keeps back."""
+    return (deny or _DEFAULT_DENY_LIST).strip(headers)
 
 
 class ScriptExecutor(Protocol):

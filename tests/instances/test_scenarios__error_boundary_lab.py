@@ -331,3 +331,19 @@ def test_retry_jobs_are_due_at_the_policy_delays(lab, stub):
         assert timedelta(seconds=0.15) <= waited <= timedelta(seconds=0.2), waited
     assert Instance.objects.get(pk=instance_id).status == "F"
     assert Incident.objects.filter(instance_id=instance_id).count() == 1
+
+
+def test_the_labs_mock_is_reached_through_an_explicit_egress_allow(
+    lab, stub, settings, monkeypatch, egress_refuses_loopback
+):
+    # As `make run` does (VNEXT_EGRESS_ALLOW_HOSTS=localhost:3001): the mock by name and port,
+    # nothing else on the machine.
+    port = stub.base_url.rsplit(":", 1)[1]
+    settings.VNEXT = {**settings.VNEXT, "EGRESS_ALLOW_HOSTS": [f"localhost:{port}"]}
+    configuration = engine().config.script_configuration
+    monkeypatch.setitem(configuration, "Example:ApiBaseUrl", f"http://localhost:{port}")
+    instance_id = ready(lab)
+
+    body = lab.fired(instance_id, "case-task-rollback")
+
+    assert (body["status"], body["attributes"]["httpLastStatus"]) == ("C", 500)

@@ -35,6 +35,7 @@ from instances.models import (
 )
 from instances.queue import jobs_dispatch_due
 from instances.tasks import job_run_task
+from tests.conftest import LOOPBACK_CIDRS
 from tests.engine.builders import script, state, transition, workflow
 from tests.instances.fan_out_stub import fan_out_stub
 from tests.instances.http_server import http_server
@@ -83,6 +84,8 @@ class Worker:
             "VNEXT_JOB_DISPATCH": "celery",
             "VNEXT_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
             "PYTHONUNBUFFERED": "1",
+            # The tests' HTTP stubs listen on loopback, which the egress policy refuses.
+            "VNEXT_EGRESS_ALLOW_CIDRS": ",".join(LOOPBACK_CIDRS),
             **self.extra_env,
         }
         env.pop("DJANGO_SETTINGS_MODULE", None)

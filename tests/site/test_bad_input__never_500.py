@@ -1,13 +1,17 @@
 """Bad input is never a 500 (issue "Access control and the API contract", item 5): an oversized
 body is 413, JSON nested past the parser's limit, over-long numbers in the body, a filter or
 `page`, and NUL characters in a business key, a reference or a filter are 400 with the error
-body; nothing is written."""
+body; nothing is written. So are a form field nested 5,000 levels and a form index far past its
+siblings (issue 30, item 8), and a static path that climbs out of the static folders is a 400."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
+from urllib.parse import urlencode
 
+import httpx
 import pytest
 from rest_framework.test import APIClient
 
@@ -51,6 +55,22 @@ QUERIES: dict[str, tuple[str, str]] = {
 }
 
 
+FORMS: dict[str, tuple[list[tuple[str, str]], str]] = {
+    "a form field nested 5,000 levels": (
+        [("attributes" + "[a]" * 5000, "x")],
+        "/attributes/a/a/a",
+    ),
+    "a form index a billion past its siblings": (
+        [("attributes[items][0]", "x"), ("attributes[items][1000000000]", "y")],
+        "/attributes/items",
+    ),
+    "a lone form index of 5,000 digits": (
+        [("attributes[items][" + "9" * 5000 + "]", "x")],
+        "/attributes/items",
+    ),
+}
+
+
 @pytest.fixture
 def client(operator_client: APIClient) -> APIClient:
     publish(ping_pong())
@@ -73,3 +93,34 @@ def test_bad_queries_and_references_are_400(client: Any, case: str):
     response = client.get(url)
     assert response.status_code == 400, response.content[:300]
     assert response.json()["errorCode"] == code
+
+
+@pytest.mark.parametrize("case", list(FORMS))
+def test_bad_forms_are_400_at_their_pointer(client: Any, case: str):
+    fields, pointer = FORMS[case]
+    response = client.generic(
+        "POST", START, urlencode(fields), content_type="application/x-www-form-urlencoded"
+    )
+    assert response.status_code == 400, response.content[:300]
+    assert response["Content-Type"] == "application/problem+json"
+    body = json.loads(response.content)
+    assert body["errorCode"] == "App:900002"
+    assert body["errors"][0]["pointer"].startswith(pointer)
+    assert not Instance.objects.exists()
+
+
+def test_a_static_path_out_of_the_static_folders_is_400_not_the_file():
+    # Served by the ASGI application's static handler (not Django's URLconf), as `make run` does.
+    from vnext.asgi import application
+
+    async def fetch(path: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=application, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            return await http.get(path)
+
+    climbing = asyncio.run(fetch("/static/%2e%2e/vnext/settings.py"))
+    present = asyncio.run(fetch("/static/admin/css/base.css"))
+
+    assert climbing.status_code == 400
+    assert "SECRET_KEY" not in climbing.text
+    assert present.status_code == 200

@@ -1,16 +1,17 @@
 """Task type 6: an HTTP call with httpx. An answer outside 2xx (and `acceptedStatusCodes`)
-fails with `Task:Http:<status>`; a timeout with `Task:Http:Timeout`, a connection failure with
-`Task:Http:Transport`. Every failure carries a response (`is_success` false, `status_code`,
-`error_message`) for the output handler, as the vNext HTTP task does."""
+fails with `Task:Http:<status>`; a timeout with `Task:Http:Timeout`, a connection failure (or a
+URL httpx cannot use) with `Task:Http:Transport`. Every such failure carries a response
+(`is_success` false, `status_code`, `error_message`) for the output handler, as the vNext HTTP
+task does. A call the egress policy refuses (`instances.engine.egress`) never left: it fails
+with `Task:EgressRefused` and no response, so it faults unless an error boundary handles it."""
 
 from __future__ import annotations
 
-import threading
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
 
+from instances.engine.egress import EgressRefused, shared_client
 from instances.engine.errors import Codes
 from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure, accepted
 
@@ -29,10 +30,12 @@ def execute_http(call: TaskCall) -> StandardResponse:
             json=body if method not in ("GET", "DELETE") and body is not None else None,
             timeout=timeout,
         )
+    except EgressRefused as exc:
+        raise TaskFailure(Codes.TASK_EGRESS_REFUSED, f"HTTP {method}: {exc}") from exc
     except httpx.TimeoutException as exc:
         message = f"HTTP {method} timed out after {timeout:g} s"
         raise TaskFailure(Codes.TASK_HTTP_TIMEOUT, message, _unanswered(message)) from exc
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         message = f"HTTP {method} failed: {exc}"
         raise TaskFailure(Codes.TASK_HTTP_TRANSPORT, message, _unanswered(message)) from exc
     result = StandardResponse(
@@ -46,26 +49,6 @@ def execute_http(call: TaskCall) -> StandardResponse:
         raise TaskFailure(Codes.task_http(response.status_code), result.error_message, result)
     result.is_success = True
     return result
-
-
-_clients: dict[bool, httpx.Client] = {}
-_clients_lock = threading.Lock()
-
-
-def shared_client(verify: bool) -> httpx.Client:
-    """The process's keep-alive client for one TLS setting (`verify`), keeping no cookies."""
-    # One client per TLS setting for the process: its connection pool keeps connections alive
-    # between calls (a new client costs ~28 ms of TLS set-up per call). It keeps no cookies, so
-    # nothing one call receives goes with another workflow's call.
-    client = _clients.get(verify)
-    if client is None:
-        with _clients_lock:
-            client = _clients.get(verify)
-            if client is None:
-                jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
-                client = httpx.Client(verify=verify, cookies=jar)
-                _clients[verify] = client
-    return client
 
 
 def _unanswered(message: str) -> StandardResponse:
