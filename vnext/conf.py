@@ -66,8 +66,12 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BODY_DEPTH": 64,
     # The claim of a JWT bearer token that lists the caller's roles (beside its groups).
     "JWT_ROLES_CLAIM": "roles",
-    # How long an API token's user is remembered (see vnext/authentication.py); 0 = never.
+    # How long an API token's user and a caller's grants are remembered in a shared cache
+    # (vnext/credential_cache.py: retired at once on a change); 0 = never.
     "TOKEN_CACHE_SECONDS": 60.0,
+    # The same in a process-local cache (locmem, the default), which other processes' changes
+    # cannot retire: the bound on how long a revoked token or grant is still accepted there.
+    "TOKEN_CACHE_LOCAL_SECONDS": 1.0,
     # HTTP worker processes of `make run`; None = one per CPU on PostgreSQL, one on SQLite.
     "HTTP_WORKERS": None,
     # Threads serving HTTP requests in `make run` (each keeps its database connection).

@@ -224,6 +224,7 @@ VNEXT = {
     "HTTP_THREADS": env.int("VNEXT_HTTP_THREADS", default=8),
     "HTTP_ACCESS_LOG": env.bool("VNEXT_HTTP_ACCESS_LOG", default=False),
     "TOKEN_CACHE_SECONDS": env.float("VNEXT_TOKEN_CACHE_SECONDS", default=60.0),
+    "TOKEN_CACHE_LOCAL_SECONDS": env.float("VNEXT_TOKEN_CACHE_LOCAL_SECONDS", default=1.0),
     "LONG_POLL_MAX_SECONDS": env.float("VNEXT_LONG_POLL_MAX_SECONDS", default=60.0),
     "LONG_POLL_RECHECK_SECONDS": env.float("VNEXT_LONG_POLL_RECHECK_SECONDS", default=5.0),
     "EXAMPLES_DIR": BASE_DIR / "examples",
