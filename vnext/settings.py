@@ -5,6 +5,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from vnext.secret_key import derived_encryption_key, installation_secret_key
 
@@ -22,6 +23,33 @@ SECRET_KEY_GENERATED = not env.str("SECRET_KEY", default="")
 SECRET_KEY = env.str("SECRET_KEY", default="") or installation_secret_key(Path(SECRET_KEY_FILE))
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# Production behind TLS (all off by default: `make run` serves plain HTTP on loopback). With them
+# set, `manage.py check --deploy` is clean. Secure cookies: the session and CSRF cookies travel
+# over HTTPS only. HSTS: browsers use HTTPS for this host (and its subdomains, and the preload
+# list) for that many seconds; hard to undo, so start small. The SSL redirect answers plain HTTP
+# with a redirect to HTTPS, except the paths SECURE_REDIRECT_EXEMPT lists (a load balancer's
+# plain-HTTP health probe). Behind a proxy that ends TLS, SECURE_PROXY_SSL_HEADER names the
+# header it sets and the value meaning HTTPS (`HTTP_X_FORWARDED_PROTO,https`): only set it when
+# the proxy overwrites that header on every request, or a client could claim HTTPS.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("VNEXT_SECURE_COOKIES", default=False)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[r"^health/?$"])
+_PROXY_SSL_HEADER = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+if _PROXY_SSL_HEADER and len(_PROXY_SSL_HEADER) != 2:
+    raise ImproperlyConfigured(
+        "SECURE_PROXY_SSL_HEADER is `<header as in META>,<value>`: HTTP_X_FORWARDED_PROTO,https"
+    )
+SECURE_PROXY_SSL_HEADER = (
+    (_PROXY_SSL_HEADER[0], _PROXY_SSL_HEADER[1]) if _PROXY_SSL_HEADER else None
+)
+# Django's defaults, stated: no MIME sniffing, referrer kept to this site, no framing.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = env.str("SECURE_REFERRER_POLICY", default="same-origin")
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     # django.contrib.admin, with the project's admin site (vnext/admin_site.py).
