@@ -55,6 +55,14 @@ DEFAULTS: dict[str, Any] = {
     # request re-reads the instance besides the change notifications (a lost one costs this).
     "LONG_POLL_MAX_SECONDS": 60.0,
     "LONG_POLL_RECHECK_SECONDS": 5.0,
+    # Rate limits (vnext/throttling.py; `<requests>/<s|m|h|d>`, None: none): starts per caller
+    # and per workflow, long-polls per caller, publish requests per caller; and how many
+    # long-polls one caller may have parked at once (None: no cap).
+    "RATE_START_PER_CALLER": "200/s",
+    "RATE_START_PER_WORKFLOW": "1000/s",
+    "RATE_LONG_POLL_PER_CALLER": "100/s",
+    "RATE_PUBLISH_PER_CALLER": "20/s",
+    "MAX_PARKED_POLLS_PER_CALLER": 200,
     # Salt of the digests master-schema `x-encryption: hash` fields are shown as; None: one
     # derived from SECRET_KEY (stable per installation, unguessable without it).
     "SCHEMA_HASH_SALT": None,

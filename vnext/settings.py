@@ -7,6 +7,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from vnext.rates import parse_rate
 from vnext.secret_key import derived_encryption_key, installation_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -237,6 +238,20 @@ CHANNEL_LAYERS = {
     )
 }
 
+
+def _rate(name: str, default: str) -> str | None:
+    """A rate limit from the environment (`100/s`; empty: none), checked now: a malformed one
+    refuses to start rather than failing every request it applies to."""
+    rate = env.str(name, default=default).strip()
+    if not rate:
+        return None
+    try:
+        parse_rate(rate)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return rate
+
+
 # The platform's own settings, read through `vnext.conf.vnext_setting` (defaults live there).
 VNEXT = {
     "SCRIPT_TIMEOUT_SECONDS": env.float("VNEXT_SCRIPT_TIMEOUT_SECONDS", default=2.0),
@@ -255,6 +270,12 @@ VNEXT = {
     "TOKEN_CACHE_LOCAL_SECONDS": env.float("VNEXT_TOKEN_CACHE_LOCAL_SECONDS", default=1.0),
     "LONG_POLL_MAX_SECONDS": env.float("VNEXT_LONG_POLL_MAX_SECONDS", default=60.0),
     "LONG_POLL_RECHECK_SECONDS": env.float("VNEXT_LONG_POLL_RECHECK_SECONDS", default=5.0),
+    "RATE_START_PER_CALLER": _rate("VNEXT_RATE_START_PER_CALLER", "200/s"),
+    "RATE_START_PER_WORKFLOW": _rate("VNEXT_RATE_START_PER_WORKFLOW", "1000/s"),
+    "RATE_LONG_POLL_PER_CALLER": _rate("VNEXT_RATE_LONG_POLL_PER_CALLER", "100/s"),
+    "RATE_PUBLISH_PER_CALLER": _rate("VNEXT_RATE_PUBLISH_PER_CALLER", "20/s"),
+    "MAX_PARKED_POLLS_PER_CALLER": env.int("VNEXT_MAX_PARKED_POLLS_PER_CALLER", default=200)
+    or None,
     "EXAMPLES_DIR": BASE_DIR / "examples",
     "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,
     "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),
