@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -22,7 +23,7 @@ class ApiView(APIView):
         the next (a caller over its own rate does not use up its workflow's)."""
         for throttle in self.get_throttles():
             if not throttle.allow_request(request, self):
-                self.throttled(request, throttle.wait())
+                raise exceptions.Throttled(throttle.wait())
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """Refuse repeated query parameters, then DRF's checks (authentication first)."""

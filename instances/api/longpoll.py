@@ -106,7 +106,7 @@ def get_scope(
 def call_wsgi(app: WsgiApp, scope: Scope, *, first_long_poll_read: bool = False) -> Answer:
     """Run the request `scope` describes through Django's WSGI handler (in a worker thread).
     `first_long_poll_read`: the read that may park (counted by the long-poll rate)."""
-    environ = build_environ(scope, io.BytesIO(b""))  # type: ignore[arg-type]
+    environ: dict[str, Any] = dict(build_environ(scope, io.BytesIO(b"")))  # type: ignore[arg-type]
     if first_long_poll_read:
         # An environ key, which no request header can set.
         environ[LONG_POLL_MARK] = True
@@ -123,7 +123,8 @@ def call_wsgi(app: WsgiApp, scope: Scope, *, first_long_poll_read: bool = False)
     finally:
         if hasattr(chunks, "close"):
             chunks.close()
-    return Answer(started["status"], started["headers"], body, environ.get(LONG_POLL_CALLER, ""))
+    caller = str(environ.get(LONG_POLL_CALLER, ""))
+    return Answer(started["status"], started["headers"], body, caller)
 
 
 class StateLongPoll:

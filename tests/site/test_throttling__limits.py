@@ -37,7 +37,8 @@ def limits(settings: Any, **values: Any) -> None:
 
 def superuser(name: str) -> APIClient:
     client = APIClient()
-    client.force_authenticate(UserFactory(username=name, is_superuser=True))
+    user: Any = UserFactory(username=name, is_superuser=True)
+    client.force_authenticate(user)
     return client
 
 
@@ -114,7 +115,8 @@ def polled(transactional_db: None, settings: Any) -> tuple[str, str]:
     limits(settings, LONG_POLL_RECHECK_SECONDS=30.0)
     publish(ping_pong())
     outcome = instance_start(domain="core", workflow="ping-pong", body={}, info=RequestInfo())
-    token = Token.objects.create(user=OperatorFactory()).key
+    operator: Any = OperatorFactory()
+    token = Token.objects.create(user=operator).key
     return str(outcome.instance.id), str(token)
 
 
@@ -204,7 +206,8 @@ def test_a_parked_long_polls_re_reads_are_not_counted(polled, settings):
 def test_a_caller_past_its_cap_of_parked_long_polls_is_429_at_once_until_one_ends(polled, settings):
     limits(settings, MAX_PARKED_POLLS_PER_CALLER=2)
     instance_id, token = polled
-    other = str(Token.objects.create(user=UserFactory(username="other", is_superuser=True)).key)
+    other_user: Any = UserFactory(username="other", is_superuser=True)
+    other = str(Token.objects.create(user=other_user).key)
     app = StateLongPoll(get_wsgi_application())
     etag = _etag(app, instance_id, token)
 
@@ -271,7 +274,8 @@ def shared_cache_workers(transactional_db: None) -> Iterator[list[Worker]]:
 @pytest.mark.slow
 def test_two_processes_on_one_redis_cache_share_a_callers_budget(shared_cache_workers):
     publish(ping_pong())
-    token = str(Token.objects.create(user=OperatorFactory()).key)
+    operator: Any = OperatorFactory()
+    token = str(Token.objects.create(user=operator).key)
     first, second = shared_cache_workers
     path = START.format("ping-pong")
     assert first.call("POST", token, path)[0] < 300
