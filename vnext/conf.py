@@ -60,7 +60,7 @@ DEFAULTS: dict[str, Any] = {
     # long-polls one caller may have parked at once (None: no cap).
     "RATE_START_PER_CALLER": "200/s",
     "RATE_START_PER_WORKFLOW": "1000/s",
-    "RATE_LONG_POLL_PER_CALLER": "100/s",
+    "RATE_LONG_POLL_PER_CALLER": "200/s",
     "RATE_PUBLISH_PER_CALLER": "20/s",
     "MAX_PARKED_POLLS_PER_CALLER": 200,
     # Salt of the digests master-schema `x-encryption: hash` fields are shown as; None: one
