@@ -155,7 +155,7 @@ class StateLongPoll:
             slot = await sync_to_async(parking_slot_take, thread_sensitive=False)(answer.caller)
         except ParkingRefused as refused:
             LONG_POLLS.labels("refused").inc()
-            await _send(send, _too_many_parked(refused))
+            await _send(send, _with_own_request_id(_too_many_parked(refused), scope))
             return
         try:
             await self._park(scope, receive, send, wait, answer)
