@@ -54,6 +54,24 @@ def egress_refuses_loopback(settings: Any) -> None:
     settings.VNEXT = {**settings.VNEXT, "EGRESS_ALLOW_HOSTS": [], "EGRESS_ALLOW_CIDRS": []}
 
 
+# Rate limits and the parked long-poll cap (vnext/throttling.py) are off in tests: tests start,
+# publish and poll in bursts no client does; the throttle tests turn them on.
+NO_LIMITS = {
+    "RATE_START_PER_CALLER": None,
+    "RATE_START_PER_WORKFLOW": None,
+    "RATE_LONG_POLL_PER_CALLER": None,
+    "RATE_PUBLISH_PER_CALLER": None,
+    "MAX_PARKED_POLLS_PER_CALLER": None,
+}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_rate_limits() -> None:
+    from django.conf import settings
+
+    settings.VNEXT = {**settings.VNEXT, **NO_LIMITS}
+
+
 def corpus_files() -> list[Path]:
     """Every JSON file of the conformance corpus."""
     return sorted(CORPUS_DIR.rglob("*.json"))

@@ -63,6 +63,14 @@ DEFAULTS: dict[str, Any] = {
     # request re-reads the instance besides the change notifications (a lost one costs this).
     "LONG_POLL_MAX_SECONDS": 60.0,
     "LONG_POLL_RECHECK_SECONDS": 5.0,
+    # Rate limits (vnext/throttling.py; `<requests>/<s|m|h|d>`, None: none): starts per caller
+    # and per workflow, long-polls per caller, publish requests per caller; and how many
+    # long-polls one caller may have parked at once (None: no cap).
+    "RATE_START_PER_CALLER": "200/s",
+    "RATE_START_PER_WORKFLOW": "1000/s",
+    "RATE_LONG_POLL_PER_CALLER": "200/s",
+    "RATE_PUBLISH_PER_CALLER": "20/s",
+    "MAX_PARKED_POLLS_PER_CALLER": 200,
     # Salt of the digests master-schema `x-encryption: hash` fields are shown as; None: one
     # derived from SECRET_KEY (stable per installation, unguessable without it).
     "SCHEMA_HASH_SALT": None,
@@ -78,8 +86,12 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BODY_DEPTH": 64,
     # The claim of a JWT bearer token that lists the caller's roles (beside its groups).
     "JWT_ROLES_CLAIM": "roles",
-    # How long an API token's user is remembered (see vnext/authentication.py); 0 = never.
+    # How long an API token's user and a caller's grants are remembered in a shared cache
+    # (vnext/credential_cache.py: retired at once on a change); 0 = never.
     "TOKEN_CACHE_SECONDS": 60.0,
+    # The same in a process-local cache (locmem, the default), which other processes' changes
+    # cannot retire: the bound on how long a revoked token or grant is still accepted there.
+    "TOKEN_CACHE_LOCAL_SECONDS": 1.0,
     # HTTP worker processes of `make run`; None = one per CPU on PostgreSQL, one on SQLite.
     "HTTP_WORKERS": None,
     # Threads serving HTTP requests in `make run` (each keeps its database connection).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -110,8 +111,9 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         body = problem_body(error, text, http_status=exc.status_code, violations=violations)
         response = _problem(body, exc.status_code, request)
         wait = getattr(exc, "wait", None)
-        if isinstance(exc, exceptions.Throttled) and wait:
-            response["Retry-After"] = str(int(wait))
+        if isinstance(exc, exceptions.Throttled) and wait is not None:
+            # Whole seconds, rounded up: a client that waits that long is let through.
+            response["Retry-After"] = str(max(1, math.ceil(wait)))
         for header in ("WWW-Authenticate",):
             auth_header = getattr(exc, "auth_header", None)
             if auth_header:

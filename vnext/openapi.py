@@ -73,7 +73,8 @@ _WHY = {
     413: "Request body too large",
     415: "Unsupported request media type",
     422: "The run went deeper than the automatic-transition limit",
-    429: "Too many failed logins: locked out for the cool-off",
+    429: "Too many requests (the rate limits of starts, long-polls and publish, the cap on "
+    "parked long-polls; `Retry-After` says when to come back) or too many failed logins",
 }
 # Every operation may answer these, whatever it does.
 COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 429)

@@ -5,7 +5,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
+from vnext.rates import parse_rate
 from vnext.secret_key import derived_encryption_key, installation_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -22,6 +24,33 @@ SECRET_KEY_GENERATED = not env.str("SECRET_KEY", default="")
 SECRET_KEY = env.str("SECRET_KEY", default="") or installation_secret_key(Path(SECRET_KEY_FILE))
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# Production behind TLS (all off by default: `make run` serves plain HTTP on loopback). With them
+# set, `manage.py check --deploy` is clean. Secure cookies: the session and CSRF cookies travel
+# over HTTPS only. HSTS: browsers use HTTPS for this host (and its subdomains, and the preload
+# list) for that many seconds; hard to undo, so start small. The SSL redirect answers plain HTTP
+# with a redirect to HTTPS, except the paths SECURE_REDIRECT_EXEMPT lists (a load balancer's
+# plain-HTTP health probe). Behind a proxy that ends TLS, SECURE_PROXY_SSL_HEADER names the
+# header it sets and the value meaning HTTPS (`HTTP_X_FORWARDED_PROTO,https`): only set it when
+# the proxy overwrites that header on every request, or a client could claim HTTPS.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("VNEXT_SECURE_COOKIES", default=False)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[r"^health/?$"])
+_PROXY_SSL_HEADER = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+if _PROXY_SSL_HEADER and len(_PROXY_SSL_HEADER) != 2:
+    raise ImproperlyConfigured(
+        "SECURE_PROXY_SSL_HEADER is `<header as in META>,<value>`: HTTP_X_FORWARDED_PROTO,https"
+    )
+SECURE_PROXY_SSL_HEADER = (
+    (_PROXY_SSL_HEADER[0], _PROXY_SSL_HEADER[1]) if _PROXY_SSL_HEADER else None
+)
+# Django's defaults, stated: no MIME sniffing, referrer kept to this site, no framing.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = env.str("SECURE_REFERRER_POLICY", default="same-origin")
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     # django.contrib.admin, with the project's admin site (vnext/admin_site.py).
@@ -216,6 +245,20 @@ CHANNEL_LAYERS = {
     )
 }
 
+
+def _rate(name: str, default: str) -> str | None:
+    """A rate limit from the environment (`100/s`; empty: none), checked now: a malformed one
+    refuses to start rather than failing every request it applies to."""
+    rate = env.str(name, default=default).strip()
+    if not rate:
+        return None
+    try:
+        parse_rate(rate)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return rate
+
+
 # The platform's own settings, read through `vnext.conf.vnext_setting` (defaults live there).
 VNEXT = {
     "SCRIPT_TIMEOUT_SECONDS": env.float("VNEXT_SCRIPT_TIMEOUT_SECONDS", default=2.0),
@@ -236,8 +279,15 @@ VNEXT = {
     # uvicorn's own variable name: the proxies trusted for X-Forwarded-For; empty: none.
     "FORWARDED_ALLOW_IPS": env.str("FORWARDED_ALLOW_IPS", default=""),
     "TOKEN_CACHE_SECONDS": env.float("VNEXT_TOKEN_CACHE_SECONDS", default=60.0),
+    "TOKEN_CACHE_LOCAL_SECONDS": env.float("VNEXT_TOKEN_CACHE_LOCAL_SECONDS", default=1.0),
     "LONG_POLL_MAX_SECONDS": env.float("VNEXT_LONG_POLL_MAX_SECONDS", default=60.0),
     "LONG_POLL_RECHECK_SECONDS": env.float("VNEXT_LONG_POLL_RECHECK_SECONDS", default=5.0),
+    "RATE_START_PER_CALLER": _rate("VNEXT_RATE_START_PER_CALLER", "200/s"),
+    "RATE_START_PER_WORKFLOW": _rate("VNEXT_RATE_START_PER_WORKFLOW", "1000/s"),
+    "RATE_LONG_POLL_PER_CALLER": _rate("VNEXT_RATE_LONG_POLL_PER_CALLER", "200/s"),
+    "RATE_PUBLISH_PER_CALLER": _rate("VNEXT_RATE_PUBLISH_PER_CALLER", "20/s"),
+    "MAX_PARKED_POLLS_PER_CALLER": env.int("VNEXT_MAX_PARKED_POLLS_PER_CALLER", default=200)
+    or None,
     "EXAMPLES_DIR": BASE_DIR / "examples",
     "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,
     "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),

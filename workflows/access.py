@@ -20,6 +20,11 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from instances.engine.roles import Caller
 from vnext.conf import vnext_setting
+from vnext.credential_cache import (
+    credential_cache_key,
+    credential_cache_seconds,
+    credentials_changed,
+)
 from workflows.models import WorkflowGrant
 
 
@@ -35,7 +40,6 @@ class Right:
 
 
 _ACCESS_ATTRIBUTE = "_vnext_access"
-_GENERATION_KEY = "vnext:access:generation"
 
 
 @dataclass(frozen=True)
@@ -46,14 +50,16 @@ class _Access:
 
 def _access(user: Any) -> _Access:
     """The user's grants and group names: kept on the request's user object, and in Django's
-    cache for `VNEXT["TOKEN_CACHE_SECONDS"]` (two queries saved on every request). A change of
-    grants, groups or memberships moves the cache generation on: every entry is stale at once
-    (in other processes too when `CACHES` is shared; else when their entries expire)."""
+    cache (two queries saved on every request) for as long as `vnext/credential_cache.py`
+    allows. A change of grants, groups or memberships moves the cache generation on: every
+    entry is stale at once (in other processes too when the cache is shared; else within
+    `TOKEN_CACHE_LOCAL_SECONDS`)."""
     found = getattr(user, _ACCESS_ATTRIBUTE, None)
     if found is not None:
         return found
-    seconds = float(vnext_setting("TOKEN_CACHE_SECONDS"))
-    key = f"vnext:access:{cache.get(_GENERATION_KEY, 0)}:{user.pk}"
+    seconds = credential_cache_seconds()
+    # Keyed before the queries run (see vnext/credential_cache.py on concurrent revocations).
+    key = credential_cache_key("access", str(user.pk))
     found = cache.get(key) if seconds > 0 else None
     if found is None:
         grants = WorkflowGrant.objects.filter(group__user=user).values(
@@ -73,10 +79,7 @@ def _grants(user: Any) -> tuple[dict[str, Any], ...]:
 
 def access_changed(*args: Any, **kwargs: Any) -> None:
     """Receiver: grants, groups or memberships changed; every cached access is stale."""
-    try:
-        cache.incr(_GENERATION_KEY)
-    except ValueError:
-        cache.set(_GENERATION_KEY, 1, timeout=None)
+    credentials_changed()
 
 
 for _model in (WorkflowGrant, Group):

@@ -8,6 +8,10 @@ authentication, errors and the body are exactly those of the plain request; only
 happens here. Changes arrive as channel-layer messages (`instances.changes`); the parked request
 also re-reads the instance every `LONG_POLL_RECHECK_SECONDS`, so a lost message costs latency,
 never a stale answer. A client that goes away leaves its groups at once.
+
+Limits (vnext/throttling.py): the first read of a request with `wait` above 0 is marked, so the
+view counts it against the caller's long-poll rate and names the caller; one that would park
+past the caller's `MAX_PARKED_POLLS_PER_CALLER` is answered 429 instead of parked.
 """
 
 from __future__ import annotations
@@ -33,8 +37,15 @@ from instances.engine.telemetry import LONG_POLL_WAITING, LONG_POLLS
 from instances.selectors import instance_by_id, subflow_chain
 from instances.services import instance_snapshot
 from vnext.conf import vnext_setting
-from vnext.exception_handler import problem_body
+from vnext.exception_handler import PROBLEM_JSON, problem_body
 from vnext.observability import SANE_REQUEST_ID as _SANE_REQUEST_ID
+from vnext.throttling import (
+    LONG_POLL_CALLER,
+    LONG_POLL_MARK,
+    ParkingRefused,
+    parking_slot_release,
+    parking_slot_take,
+)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -58,11 +69,13 @@ def is_long_poll(scope: Scope) -> bool:
 
 @dataclass
 class Answer:
-    """A response of the Django view: status, headers, body."""
+    """A response of the Django view: status, headers, body; and, for a long-poll's first
+    read, the caller the view's throttle named."""
 
     status: int
     headers: list[tuple[bytes, bytes]]
     body: bytes
+    caller: str = ""
 
 
 def get_scope(
@@ -90,9 +103,13 @@ def get_scope(
     }
 
 
-def call_wsgi(app: WsgiApp, scope: Scope) -> Answer:
-    """Run the request `scope` describes through Django's WSGI handler (in a worker thread)."""
-    environ = build_environ(scope, io.BytesIO(b""))  # type: ignore[arg-type]
+def call_wsgi(app: WsgiApp, scope: Scope, *, first_long_poll_read: bool = False) -> Answer:
+    """Run the request `scope` describes through Django's WSGI handler (in a worker thread).
+    `first_long_poll_read`: the read that may park (counted by the long-poll rate)."""
+    environ: dict[str, Any] = dict(build_environ(scope, io.BytesIO(b"")))  # type: ignore[arg-type]
+    if first_long_poll_read:
+        # An environ key, which no request header can set.
+        environ[LONG_POLL_MARK] = True
     started: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
@@ -106,7 +123,8 @@ def call_wsgi(app: WsgiApp, scope: Scope) -> Answer:
     finally:
         if hasattr(chunks, "close"):
             chunks.close()
-    return Answer(started["status"], started["headers"], body)
+    caller = str(environ.get(LONG_POLL_CALLER, ""))
+    return Answer(started["status"], started["headers"], body, caller)
 
 
 class StateLongPoll:
@@ -127,16 +145,28 @@ class StateLongPoll:
         if wait is None:
             await _send(send, _bad_wait())
             return
-        answer = await self._read(scope)
+        answer = await self._read(scope, first=wait > 0)
         if answer.status != 304 or wait <= 0:
             if wait > 0:
                 LONG_POLLS.labels("stale").inc()
             await _send(send, answer)
             return
-        await self._park(scope, receive, send, wait, answer)
+        try:
+            slot = await sync_to_async(parking_slot_take, thread_sensitive=False)(answer.caller)
+        except ParkingRefused as refused:
+            LONG_POLLS.labels("refused").inc()
+            await _send(send, _with_own_request_id(_too_many_parked(refused), scope))
+            return
+        try:
+            await self._park(scope, receive, send, wait, answer)
+        finally:
+            if slot is not None:
+                await sync_to_async(parking_slot_release, thread_sensitive=False)(slot)
 
-    async def _read(self, scope: Scope) -> Answer:
-        return await sync_to_async(call_wsgi, thread_sensitive=False)(self.wsgi_app, scope)
+    async def _read(self, scope: Scope, *, first: bool = False) -> Answer:
+        return await sync_to_async(call_wsgi, thread_sensitive=False)(
+            self.wsgi_app, scope, first_long_poll_read=first
+        )
 
     async def _shared_read(self, scope: Scope, not_before: float) -> Answer:
         """A read of the state as this request would make it, joining one in flight for the
@@ -255,6 +285,12 @@ def _bad_wait() -> Answer:
         violations=[Violation("/wait", "a number of seconds, 0 or more")],
     )
     return Answer(400, [(b"content-type", b"application/problem+json")], json.dumps(body).encode())
+
+
+def _too_many_parked(refused: ParkingRefused) -> Answer:
+    body = problem_body(Codes.APP_THROTTLED, str(refused))
+    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"retry-after", b"1")]
+    return Answer(429, headers, json.dumps(body).encode())
 
 
 def _with_own_request_id(answer: Answer, scope: Scope) -> Answer:

@@ -123,6 +123,11 @@ from vnext.openapi import (
     with_form,
 )
 from vnext.parsers import BracketFormParser, JsonParser
+from vnext.throttling import (
+    LongPollPerCallerThrottle,
+    StartPerCallerThrottle,
+    StartPerWorkflowThrottle,
+)
 from vnext.views import ApiView
 from workflows.access import Right, caller_of, has_right
 
@@ -458,6 +463,7 @@ class InstanceStartView(ApiView):
 
     parser_classes = PAYLOAD_PARSERS
     required_right = Right.START
+    throttle_classes = [StartPerCallerThrottle, StartPerWorkflowThrottle]
 
     @extend_schema(
         operation_id="instance_start",
@@ -831,6 +837,8 @@ class InstanceFunctionView(ApiView):
     """Built-in functions: state, data, view, schema."""
 
     required_right = Right.READ_INSTANCES
+    # Counts only a long-poll's first read (`instances.api.longpoll` marks it).
+    throttle_classes = [LongPollPerCallerThrottle]
 
     # The typed routes (`functions/state`, ...) are the documented ones; this one answers
     # 404 to a name that is none of them.

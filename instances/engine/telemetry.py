@@ -139,7 +139,7 @@ LONG_POLLS = Counter(
     "vnext_long_polls",
     "Long-poll waits (state?wait=N), by outcome: changed (answered with a new body), timeout "
     "(304 after N seconds), stale (the eTag was already old: answered at once), gone (the "
-    "client left first)",
+    "client left first), refused (429: the caller had its cap of long-polls parked)",
     ["outcome"],
 )
 LONG_POLL_WAITING = Gauge(

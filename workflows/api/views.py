@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from instances.engine.errors import Codes, Violation, VNextError
 from vnext.openapi import responses
+from vnext.throttling import PublishPerCallerThrottle
 from vnext.views import ApiView
 from workflows.access import Right, granted_workflows
 from workflows.api.serializers import (
@@ -64,6 +65,7 @@ class DefinitionPublishView(ApiView):
     """Publish one component document, or a JSON array of them (all or nothing)."""
 
     permission_classes = [CanPublishComponents]
+    throttle_classes = [PublishPerCallerThrottle]
 
     @extend_schema(
         operation_id="definition_publish",
