@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from instances.counts import instance_counts_fold
 from instances.job_handlers import instances_reap_stranded_busy, job_run
 from instances.queue import JOB_RUN_TASK, jobs_dispatch_due, jobs_prune_finished
 from locks.services import locks_sweep_expired
@@ -39,3 +40,9 @@ def locks_sweep_expired_task() -> int:
 def jobs_prune_finished_task() -> int:
     """Delete old succeeded/cancelled jobs."""
     return jobs_prune_finished()
+
+
+@shared_task(name="vnext.instance_counts_fold", ignore_result=True)
+def instance_counts_fold_task() -> int:
+    """Add the instance-count deltas the triggers appended into the totals."""
+    return instance_counts_fold()
