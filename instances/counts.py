@@ -9,10 +9,12 @@ side, never neither or both). `instance_counts_fold` runs with the periodic swee
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q, Sum
+from django.db.models import Q, QuerySet, Sum
 
 from instances.models import InstanceCount, InstanceCountDelta
 
@@ -50,9 +52,7 @@ def instance_counts(*, domain: str | None = None, workflow: str | None = None) -
 def workflow_counts() -> dict[tuple[str, str], int]:
     """Instances per `(domain, workflow)`, from the counters (the admin's workflow filter)."""
     totals = InstanceCount.objects.values("domain", "workflow_key").annotate(n=Sum("count"))
-    pending = InstanceCountDelta.objects.values("domain", "workflow_key").annotate(
-        n=Sum("delta")
-    )
+    pending = InstanceCountDelta.objects.values("domain", "workflow_key").annotate(n=Sum("delta"))
     found: dict[tuple[str, str], int] = defaultdict(int)
     for row in totals.union(pending, all=True):
         found[(row["domain"], row["workflow_key"])] += int(row["n"] or 0)
@@ -79,3 +79,12 @@ def instance_counts_fold(*, batch: int = FOLD_BATCH) -> int:
         folded += len(taken)
         if len(taken) < batch:
             return folded
+
+
+def estimated_rows(queryset: QuerySet[Any]) -> int | None:
+    """The planner's estimate of the rows `queryset` selects (PostgreSQL's `EXPLAIN`, which
+    reads no row), or None where the database gives none."""
+    if connection.vendor != "postgresql":
+        return None
+    plan = json.loads(queryset.order_by().explain(format="json"))
+    return int(plan[0]["Plan"]["Plan Rows"])
