@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 from django.core.cache import cache
-from django.db.models import Q, QuerySet
+from django.db.models import CharField, Max, Q, QuerySet, Value
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import In
 
 from instances.engine.definition import (
     DEFAULT_FALLBACK_SECONDS,
@@ -70,6 +74,8 @@ from instances.status import (
 )
 from instances.wiring import engine
 from vnext.conf import schema_hash_salt, vnext_setting
+from workflows.documents import ComponentKind
+from workflows.models import Component
 
 
 @dataclass(frozen=True)
@@ -165,9 +171,15 @@ def _unreadable(
 
 
 def _workflow_versions(domain: str, workflow: str) -> list[WorkflowDefinition]:
-    versions = Instance.objects.filter(domain=domain, workflow_key=workflow)
+    """Every published version of the workflow (the registry: an instance is pinned to one of
+    them), newest first; never a scan of the instances."""
+    versions = (
+        Component.objects.filter(kind=ComponentKind.WORKFLOW, domain=domain, key=workflow)
+        .order_by("-version_major", "-version_minor", "-version_patch", "-version_is_release")
+        .values_list("version", flat=True)
+    )
     found = []
-    for version in versions.values_list("workflow_version", flat=True).distinct():
+    for version in versions:
         definition = engine().components.workflow(domain, workflow, version)
         if definition is not None:
             found.append(definition)
@@ -187,14 +199,10 @@ def readable_instances(domain: str, workflow: str, caller: Caller) -> Q | None:
         groups = _query_role_overrides(domain, workflow, definition.version)
         scopes: list[tuple[Q, SubflowOverrides]] = [(in_version, NO_OVERRIDES)]
         if groups:
-            # A positive subquery, so rows without overrides (a NULL JSON path) stay in scope.
-            overridden = Instance.objects.filter(
-                domain=domain,
-                workflow_key=workflow,
-                workflow_version=definition.version,
-                **{f"extra__{OVERRIDES_KEY}__source__in": list(groups)},
-            ).values("pk")
-            scopes = [(in_version & ~Q(pk__in=overridden), NO_OVERRIDES)]
+            # A condition on the row itself (never a subquery over the table); rows without
+            # overrides (a missing JSON path) read as "" and stay in scope.
+            overridden = In(_override_source(), list(groups))
+            scopes = [(in_version & ~Q(overridden), NO_OVERRIDES)]
             scopes += [
                 (in_version & Q(**{f"extra__{OVERRIDES_KEY}__source": source}), overrides)
                 for source, overrides in groups.items()
@@ -211,26 +219,71 @@ def readable_instances(domain: str, workflow: str, caller: Caller) -> Q | None:
     return visible
 
 
+def _override_source() -> Coalesce:
+    """The SubFlow state that started an instance with overrides (its `extra`), else ""."""
+    pinned = KeyTextTransform("source", KeyTransform(OVERRIDES_KEY, "extra"))
+    return Coalesce(pinned, Value(""), output_field=CharField())
+
+
 def _query_role_overrides(domain: str, workflow: str, version: str) -> dict[str, SubflowOverrides]:
-    """The SubFlow overrides of state query roles the instances of a workflow version run
-    under, by the parent state that gave them (few: one per overriding SubFlow state)."""
-    children = Instance.objects.filter(
-        domain=domain,
-        workflow_key=workflow,
-        workflow_version=version,
-        **{f"extra__{OVERRIDES_KEY}__has_key": "states"},
+    """The SubFlow overrides of state query roles the instances of a workflow version may run
+    under, by the parent state that gives them (few: one per overriding SubFlow state). Read
+    from the registry, as `child_start` pins them: every published SubFlow state starting
+    this workflow (at this version, or at whichever is newest) with `overrides.states`."""
+    return {
+        source: overrides
+        for pinned, source, overrides in _subflow_query_overrides().get((domain, workflow), ())
+        if pinned is None or pinned == version
+    }
+
+
+@dataclass
+class _OverrideIndex:
+    generation: int | None = None
+    by_child: dict[tuple[str, str], list[tuple[str | None, str, SubflowOverrides]]] = field(
+        default_factory=dict
     )
-    sources = children.values_list(f"extra__{OVERRIDES_KEY}__source", flat=True).distinct()
-    groups: dict[str, SubflowOverrides] = {}
-    for source in sources:
-        extra = (
-            children.filter(**{f"extra__{OVERRIDES_KEY}__source": source})
-            .values_list("extra", flat=True)
-            .first()
-        )
-        if isinstance(source, str) and source:
-            groups[source] = SubflowOverrides.of_extra(extra)
-    return groups
+
+
+_OVERRIDE_INDEX = _OverrideIndex()
+_OVERRIDE_LOCK = threading.Lock()
+
+
+def _subflow_query_overrides() -> dict[
+    tuple[str, str], list[tuple[str | None, str, SubflowOverrides]]
+]:
+    """Every published SubFlow state overriding its child's query roles, by child workflow:
+    `(pinned child version or None, source, overrides)`. Published components are immutable
+    and only ever added, so the index is rebuilt (in-process) only when the registry's newest
+    row changes: one primary-key lookup a listing."""
+    generation = Component.objects.aggregate(newest=Max("pk"))["newest"]
+    with _OVERRIDE_LOCK:
+        if _OVERRIDE_INDEX.generation == generation and generation is not None:
+            return _OVERRIDE_INDEX.by_child
+    by_child: dict[tuple[str, str], list[tuple[str | None, str, SubflowOverrides]]] = {}
+    parents = Component.objects.filter(kind=ComponentKind.WORKFLOW).values_list(
+        "domain", "key", "version"
+    )
+    for domain, key, version in parents.iterator():
+        parent = engine().components.workflow(domain, key, version)
+        if parent is None:
+            continue
+        for state in parent.states.values():
+            config = state.subflow
+            if not config or config.get("type", "S") != "S":
+                continue
+            source = f"{parent.domain}/{parent.key}@{parent.version}#{state.key}"
+            overrides = SubflowOverrides.of_subflow(config, source)
+            if not overrides.states:
+                continue
+            process = config.get("process") or {}
+            child = (str(process.get("domain") or domain), str(process.get("key") or ""))
+            pinned = str(process["version"]) if process.get("version") else None
+            by_child.setdefault(child, []).append((pinned, source, overrides))
+    with _OVERRIDE_LOCK:
+        _OVERRIDE_INDEX.generation = generation
+        _OVERRIDE_INDEX.by_child = by_child
+    return by_child
 
 
 def _readable_clauses(
