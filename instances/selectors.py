@@ -55,6 +55,14 @@ from instances.filters import (
     sort_keys_of,
     sort_terms,
 )
+from instances.filters.keyset import (
+    Cursor,
+    cursor_annotations,
+    decode_cursor,
+    encode_cursor,
+    key_terms,
+    rows_after,
+)
 from instances.indexes import flag_unindexed, unindexed_fields
 from instances.models import (
     Correlation,
@@ -88,6 +96,13 @@ class Page:
     has_next: bool
     # Data fields filtered or sorted on that no index serves, on a big table (`flag_unindexed`).
     unindexed: tuple[str, ...] = ()
+    # The keyset cursor of the next page ("" when there is none), beside `page + 1`.
+    next_cursor: str = ""
+
+    @property
+    def next_page_numbered(self) -> bool:
+        """Whether the next page may still be asked by number (`VNEXT_MAX_PAGE_OFFSET`)."""
+        return self.page * self.page_size <= int(vnext_setting("MAX_PAGE_OFFSET"))
 
 
 @dataclass(frozen=True)
@@ -109,6 +124,7 @@ def instance_list(
     aggregations: str | None = None,
     page: str | None = None,
     page_size: str | None = None,
+    cursor: str | None = None,
     visible: Q | None = None,
     roles: frozenset[str] | None = None,
 ) -> Page | Groups:
@@ -116,10 +132,25 @@ def instance_list(
     `filters` (all of which must hold), sorted, one page (stable order), or their groups when
     the query has a `groupBy`. `visible` keeps only the instances the caller may read
     (`readable_instances`); with the caller's `roles`, a data field the master schema hides,
-    masks or encrypts for them is refused (`invalid_column`) wherever the query names it."""
+    masks or encrypts for them is refused (`invalid_column`) wherever the query names it.
+
+    A page is asked by number (`page`: rows skipped with OFFSET, at most
+    `VNEXT_MAX_PAGE_OFFSET` of them, else 400) or by the `cursor` the previous page gave
+    (keyset: the rows after its last one, in the same order, at any depth)."""
     number, size = parse_page(page, page_size)
     query = parse_query(list(filters), group_by=group_by, aggregations=aggregations)
     keys = sort_keys_of(sort, order_by)
+    terms = key_terms(keys)
+    after: Cursor | None = None
+    if cursor is not None:
+        if page is not None:
+            raise VNextError(Codes.FILTER_INVALID, "Give page or cursor, not both.")
+        if query.group is not None:
+            raise VNextError(Codes.FILTER_INVALID, "groupBy answers groups: no cursor.")
+        after = decode_cursor(keys, terms, cursor)
+        number = after.page
+    elif query.group is None:
+        _check_page_offset(number, size)
     queryset: QuerySet[Instance] = Instance.objects.filter(domain=domain, workflow_key=workflow)
     if visible is not None:
         queryset = queryset.filter(visible)
@@ -134,12 +165,32 @@ def instance_list(
     if query.group is not None:
         flagged = flag_unindexed(queryset, unindexed, domain=domain, workflow=workflow)
         return Groups(grouped(queryset, query.group), flagged)
-    queryset = queryset.order_by(*sort_terms(keys))
-    start = (number - 1) * size
-    page_query = queryset[start : start + size + 1]
+    queryset = queryset.order_by(*sort_terms(keys)).annotate(**cursor_annotations(terms))
+    if after is not None:
+        page_query = queryset.filter(rows_after(terms, after.values))[: size + 1]
+    else:
+        start = (number - 1) * size
+        page_query = queryset[start : start + size + 1]
     flagged = flag_unindexed(page_query, unindexed, domain=domain, workflow=workflow)
     rows = list(page_query)
-    return Page(rows[:size], number, size, len(rows) > size, flagged)
+    has_next = len(rows) > size
+    next_cursor = encode_cursor(keys, terms, number + 1, rows[size - 1]) if has_next else ""
+    return Page(rows[:size], number, size, has_next, flagged, next_cursor)
+
+
+def _check_page_offset(number: int, size: int) -> None:
+    """Refuse a page that starts past `VNEXT_MAX_PAGE_OFFSET` rows: OFFSET reads and drops
+    every row before it, so deep pages are asked by cursor (400 `invalid_filter`)."""
+    bound = int(vnext_setting("MAX_PAGE_OFFSET"))
+    offset = (number - 1) * size
+    if offset > bound:
+        raise VNextError(
+            Codes.FILTER_INVALID,
+            f"page {number} of pageSize {size} starts at row {offset + 1}, past the "
+            f"{bound} rows a page number may skip (VNEXT_MAX_PAGE_OFFSET): page on with the "
+            "cursor the previous page gave (links.next, nextCursor; ?cursor=...).",
+            extra={"maxPageOffset": bound},
+        )
 
 
 def instance_matches(

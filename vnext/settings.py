@@ -254,6 +254,7 @@ VNEXT = {
     # `/metrics` wants `Authorization: Bearer <token>` when set (else it is open, like /health).
     "METRICS_TOKEN": env.str("VNEXT_METRICS_TOKEN", default="") or None,
     "UNINDEXED_WARN_ROWS": env.int("VNEXT_UNINDEXED_WARN_ROWS", default=100_000),
+    "MAX_PAGE_OFFSET": env.int("VNEXT_MAX_PAGE_OFFSET", default=10_000),
 }
 
 # Master-schema fields encrypted at rest (x-encryption `encrypt`): Fernet keys, comma separated;
