@@ -72,11 +72,13 @@ class Instance(models.Model):
             models.Index(fields=["domain", "workflow_key", "-created_at"], name="instance_list"),
             models.Index(fields=["status", "busy_since"], name="instance_busy"),
             # Every instance by business key, completed ones too (the live-key constraint above
-            # is partial, so a completed instance was found by a sequential scan).
-            models.Index(fields=["domain", "workflow_key", "key"], name="instance_business_key"),
-            # The admin's search: an exact or prefix key across workflows (`LIKE 'k%'`).
+            # is partial, so a completed instance was found by a sequential scan). The key
+            # first, by character (`varchar_pattern_ops` serves `=` and `LIKE 'k%'`): the same
+            # index answers the admin's exact or prefix key search across workflows.
             models.Index(
-                fields=["key"], opclasses=["varchar_pattern_ops"], name="instance_key_prefix"
+                fields=["key", "domain", "workflow_key"],
+                opclasses=["varchar_pattern_ops", "text_ops", "text_ops"],
+                name="instance_business_key",
             ),
         ]
         permissions = [

@@ -370,7 +370,7 @@ class InstanceAdmin(admin.ModelAdmin):
         self, request: HttpRequest, queryset: QuerySet[Instance], search_term: str
     ) -> tuple[QuerySet[Instance], bool]:
         """The instance with that id, else those whose key is or starts with the term: the
-        primary key and the key's pattern index answer, never `UPPER(...) LIKE '%...%'`."""
+        primary key and the business-key index answer, never `UPPER(...) LIKE '%...%'`."""
         term = search_term.strip()
         if not term:
             return queryset, False

@@ -1,6 +1,7 @@
 """Reads that do not grow with the table: every instance by business key through a full index
-(the live-key constraint is partial), the admin's exact/prefix key search through a pattern
-index, and instances counted per workflow and status by the database itself.
+(the live-key constraint is partial), which serves the admin's exact/prefix key search too
+(the key first, by character), and instances counted per workflow and status by the database
+itself.
 
 The counts: after every insert and delete of instances (a statement trigger, one delta per
 workflow and status of the statement, however many rows it wrote) and every status change (a
@@ -181,11 +182,7 @@ class Migration(migrations.Migration):
         ),
         AddIndexWithoutLock(
             model_name='instance',
-            index=models.Index(fields=['domain', 'workflow_key', 'key'], name='instance_business_key'),
-        ),
-        AddIndexWithoutLock(
-            model_name='instance',
-            index=models.Index(fields=['key'], name='instance_key_prefix', opclasses=['varchar_pattern_ops']),
+            index=models.Index(fields=['key', 'domain', 'workflow_key'], name='instance_business_key', opclasses=['varchar_pattern_ops', 'text_ops', 'text_ops']),
         ),
         migrations.AddConstraint(
             model_name='instancecount',
