@@ -5,6 +5,7 @@ and stay exact under concurrent status changes with folds running beside them.""
 from __future__ import annotations
 
 import threading
+
 import pytest
 from django.db import connection
 from django.db.models import Count
