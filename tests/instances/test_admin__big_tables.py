@@ -143,6 +143,8 @@ def test_a_big_filtered_list_shows_the_planners_estimate_labelled(admin_client, 
 
 def test_the_dashboard_and_metrics_count_instances_from_the_counters(admin_client, rows, client):
     html, queries = _sql(admin_client, reverse("admin:index"))
+    assert "Active: <strong>25</strong>" in html
+    assert "Completed: <strong>10</strong>" in html
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
     for sql in queries:
