@@ -8,8 +8,9 @@ workflow and status of the statement, however many rows it wrote) and every stat
 row trigger, -1 and +1), a signed delta row is appended to `instances_instancecountdelta`;
 `instances.counts.instance_counts_fold` adds them into `instances_instancecount`. Deltas are
 inserts, so concurrent transitions never wait on a shared counter row (nor deadlock on two).
-The existing rows are counted once, here, under the trigger's table lock: no write slips
-between the count and the first delta. SQLite (the embedded server) gets row triggers.
+A TRUNCATE of instances empties both. The existing rows are counted once, here, under the
+trigger's table lock: no write slips between the count and the first delta. SQLite (the
+embedded server) gets row triggers.
 """
 
 from django.contrib.postgres.operations import AddIndexConcurrently
@@ -42,6 +43,15 @@ BEGIN
            (NEW.domain, NEW.workflow_key, NEW.status, 1);
     RETURN NULL;
 END $$;
+CREATE OR REPLACE FUNCTION vnext_instance_count_truncated() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM {DELTA};
+    DELETE FROM instances_instancecount;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER vnext_instance_count_truncate AFTER TRUNCATE ON instances_instance
+    FOR EACH STATEMENT EXECUTE FUNCTION vnext_instance_count_truncated();
 CREATE TRIGGER vnext_instance_count_insert AFTER INSERT ON instances_instance
     REFERENCING NEW TABLE AS vnext_new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION vnext_instance_count_inserted();
@@ -59,13 +69,24 @@ POSTGRES_DROP = """
 DROP TRIGGER IF EXISTS vnext_instance_count_insert ON instances_instance;
 DROP TRIGGER IF EXISTS vnext_instance_count_delete ON instances_instance;
 DROP TRIGGER IF EXISTS vnext_instance_count_update ON instances_instance;
+DROP TRIGGER IF EXISTS vnext_instance_count_truncate ON instances_instance;
+DROP FUNCTION IF EXISTS vnext_instance_count_truncated();
 DROP FUNCTION IF EXISTS vnext_instance_count_inserted();
 DROP FUNCTION IF EXISTS vnext_instance_count_deleted();
 DROP FUNCTION IF EXISTS vnext_instance_count_moved();
 """
 
 SQLITE_TRIGGERS = [
-    f"""CREATE TRIGGER vnext_instance_count_insert AFTER INSERT ON instances_instance
+    f"""CREATE OR REPLACE FUNCTION vnext_instance_count_truncated() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM {DELTA};
+    DELETE FROM instances_instancecount;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER vnext_instance_count_truncate AFTER TRUNCATE ON instances_instance
+    FOR EACH STATEMENT EXECUTE FUNCTION vnext_instance_count_truncated();
+CREATE TRIGGER vnext_instance_count_insert AFTER INSERT ON instances_instance
     BEGIN
         INSERT INTO {DELTA} (domain, workflow_key, status, delta)
         VALUES (NEW.domain, NEW.workflow_key, NEW.status, 1);
