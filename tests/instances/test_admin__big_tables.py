@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 import pytest
+from django.contrib.admin import site
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -119,7 +120,7 @@ def test_search_finds_an_exact_id_or_an_exact_or_prefix_key_without_like_anywher
 @pytest.mark.parametrize("term", ["order-1", "order-17", "{pk}"])
 def test_the_search_is_served_by_an_index(admin_client, rows, term, rf):
     request = rf.get(reverse(LIST))
-    admin = InstanceAdmin(Instance, None)
+    admin = InstanceAdmin(Instance, site)
     found, _ = admin.get_search_results(request, Instance.objects.all(), term.format(pk=rows[3].pk))
     sql, params = found.order_by("-pk")[:100].query.sql_with_params()
     with connection.cursor() as cursor:

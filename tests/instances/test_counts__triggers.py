@@ -5,6 +5,7 @@ and stay exact under concurrent status changes with folds running beside them.""
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 from django.db import connection
@@ -99,7 +100,7 @@ def test_the_counters_stay_exact_under_concurrent_status_changes_and_folds():
     stop = threading.Event()
     errors: list[BaseException] = []
 
-    def writer(mine: list[object], last: str) -> None:
+    def writer(mine: list[uuid.UUID], last: str) -> None:
         try:
             barrier.wait(timeout=10)
             for _ in range(5):
