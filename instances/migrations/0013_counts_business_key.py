@@ -77,16 +77,7 @@ DROP FUNCTION IF EXISTS vnext_instance_count_moved();
 """
 
 SQLITE_TRIGGERS = [
-    f"""CREATE OR REPLACE FUNCTION vnext_instance_count_truncated() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    DELETE FROM {DELTA};
-    DELETE FROM instances_instancecount;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER vnext_instance_count_truncate AFTER TRUNCATE ON instances_instance
-    FOR EACH STATEMENT EXECUTE FUNCTION vnext_instance_count_truncated();
-CREATE TRIGGER vnext_instance_count_insert AFTER INSERT ON instances_instance
+    f"""CREATE TRIGGER vnext_instance_count_insert AFTER INSERT ON instances_instance
     BEGIN
         INSERT INTO {DELTA} (domain, workflow_key, status, delta)
         VALUES (NEW.domain, NEW.workflow_key, NEW.status, 1);

@@ -121,6 +121,7 @@ def test_a_bad_cursor_is_a_400_never_a_500(operator_client, rows, query, why):
     assert response.json()["error"]["code"] == "invalid_filter"
 
 
+@pytest.mark.postgres
 def test_a_cursor_page_reads_through_the_list_index(operator_client, rows):
     """The default order's cursor is a range of (domain, workflow, created_at): asked with
     sequential scans off, the planner answers it from the index."""
