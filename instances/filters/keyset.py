@@ -77,7 +77,11 @@ class _JsonText(Func):
     ) -> tuple[str, tuple[Any, ...]]:
         (source,) = self.get_source_expressions()
         sql, params = compiler.compile(source)
-        return f"JSON_QUOTE({sql})", tuple(params)
+        # SQLite extracts a JSON null as NULL, and orders it so: the cursor says NULL too.
+        return f"CASE WHEN {sql} IS NULL THEN NULL ELSE JSON_QUOTE({sql}) END", (
+            *params,
+            *params,
+        )
 
 
 class _JsonOperand(Func):
