@@ -164,3 +164,21 @@ def test_metrics_scrape_reads_no_group_by_over_instances(client, rows):
         if INSTANCES.search(query["sql"]):
             assert "busy_since" in query["sql"]
             assert "GROUP BY" not in query["sql"].upper()
+
+
+def test_a_workflow_versions_page_links_to_its_instances_through_the_new_filters(
+    admin_client, rows
+):
+    from workflows.models import Component
+
+    component = Component.objects.get(kind="workflow", key="ping-pong", version="1.1.0")
+    page = admin_client.get(reverse("admin:workflows_component_change", args=[component.pk]))
+    html = page.content.decode().replace("&amp;", "&")
+    links = set(re.findall(r'href="(/admin/instances/instance/\?[^"]+)"', html))
+    assert links
+    for link in links:
+        listed = admin_client.get(link)
+        assert listed.status_code == 200, link
+        assert "?e=1" not in listed.get("Location", "")
+    version_list = admin_client.get(reverse(LIST) + "?workflow=core/ping-pong&version=1.1.0")
+    assert version_list.content.decode().count('class="action-select"') == 5
