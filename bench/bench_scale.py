@@ -151,7 +151,7 @@ WITH made AS (
   SELECT gen_random_uuid(), '{DOMAIN}', %(flow)s, '1.0.0', 'ORD-' || n, {_SPREAD}, {_STATE},
     {_STATE}, CASE WHEN n %% 20 < 14 THEN 'final' ELSE 'intermediate' END,
     CASE WHEN n %% 20 < 14 THEN 'success' ELSE 'none' END,
-    jsonb_build_object('customerId', 'C-' || (n %% 50000), 'amount', (n * 7919) %% 10000,
+    jsonb_build_object('customerId', 'C-' || (n %% 50000), 'amount', (n::bigint * 7919) %% 10000,
       'region', 'R' || (n %% 8), 'note', 'n-' || n),
     1, 2, 0, md5(n::text), md5('e' || n), 2, '', NULL, '[]'::jsonb, '', '{{}}'::jsonb,
     'bench', 'bench',

@@ -1,6 +1,7 @@
 """The metrics the database holds, read when `/metrics` is scraped: every server process agrees
 on them, and no process has to keep them up to date. A handful of aggregate queries on indexed
-columns (jobs by status and kind, instances by status, open incidents by code)."""
+columns (jobs by status and kind, open incidents by code) and the instance counters (instances
+by status: `instances.counts`, never a count of the instances table)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from instances.counts import instance_counts
 from instances.models import Incident, Instance, Job
 from instances.status import InstanceStatus, JobStatus
 from vnext.conf import vnext_setting
@@ -70,13 +72,12 @@ class DatabaseCollector(Collector):
         instances = GaugeMetricFamily(
             "vnext_instances", "Instances by status (A, B, C, F, ...)", labels=["status"]
         )
-        for status, count in (
-            Instance.objects.values_list("status").annotate(n=Count("id")).order_by("status")
-        ):
+        for status, count in sorted(instance_counts().items()):
             instances.add_metric([status], count)
         yield instances
 
         lease = timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
+        # A range of the (status, busy_since) index: the few Busy instances past their lease.
         yield GaugeMetricFamily(
             "vnext_instances_busy_past_lease",
             "Busy instances past VNEXT_BUSY_LEASE_SECONDS (the reaper faults them)",

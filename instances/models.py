@@ -77,6 +77,15 @@ class Instance(models.Model):
                 condition=Q(status=InstanceStatus.COMPLETED),
                 name="instance_archivable",
             ),
+            # Every instance by business key, completed ones too (the live-key constraint above
+            # is partial, so a completed instance was found by a sequential scan). The key
+            # first, by character (`varchar_pattern_ops` serves `=` and `LIKE 'k%'`): the same
+            # index answers the admin's exact or prefix key search across workflows.
+            models.Index(
+                fields=["key", "domain", "workflow_key"],
+                opclasses=["varchar_pattern_ops", "text_ops", "text_ops"],
+                name="instance_business_key",
+            ),
         ]
         permissions = [
             ("relay_subflow", "Relay a transition to a reserved subflow (service credential)"),
@@ -89,6 +98,42 @@ class Instance(models.Model):
     def data_version(self) -> str:
         """The data version as semver text."""
         return f"{self.data_version_major}.{self.data_version_minor}.{self.data_version_patch}"
+
+
+class InstanceCount(models.Model):
+    """How many instances a workflow holds in a status, kept by the database with every write:
+    the triggers of migration 0013 append a signed `InstanceCountDelta` per change (an insert,
+    never a contended update), and `instance_counts_fold` adds the deltas in here. The figure
+    is this row plus the deltas not yet folded (`instances.counts`)."""
+
+    domain = models.CharField(max_length=100)
+    workflow_key = models.CharField(max_length=200)
+    status = models.CharField(max_length=1, choices=choices(InstanceStatus))
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["domain", "workflow_key", "status"], name="instance_count_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.domain}/{self.workflow_key} [{self.status}]: {self.count}"
+
+
+class InstanceCountDelta(models.Model):
+    """A change of `InstanceCount` not yet folded in: +n or -n instances of a workflow in a
+    status. Written only by the triggers; few (the sweep folds them every half minute)."""
+
+    id = models.BigAutoField(primary_key=True)
+    domain = models.CharField(max_length=100)
+    workflow_key = models.CharField(max_length=200)
+    status = models.CharField(max_length=1, choices=choices(InstanceStatus))
+    delta = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.domain}/{self.workflow_key} [{self.status}]: {self.delta:+d}"
 
 
 class InstanceTransition(models.Model):

@@ -1234,11 +1234,14 @@ def _public(row: Instance, *, clear: bool) -> dict[str, Any]:
 
 
 def sealed_paths(domain: str, workflow: str) -> frozenset[tuple[str, ...]]:
-    """The data paths any version of a workflow with instances encrypts at rest: a filter or
-    sort there would compare cipher text (refused with `invalid_column`)."""
-    versions = Instance.objects.filter(domain=domain, workflow_key=workflow)
+    """The data paths any published version of a workflow encrypts at rest: a filter or sort
+    there would compare cipher text (refused with `invalid_column`). The versions come from
+    the registry (an instance is pinned to one), never from a scan of the instances."""
+    versions = Component.objects.filter(
+        kind=ComponentKind.WORKFLOW, domain=domain, key=workflow
+    ).values_list("version", flat=True)
     found: set[tuple[str, ...]] = set()
-    for version in versions.values_list("workflow_version", flat=True).distinct():
+    for version in versions:
         protection = protection_for(domain, workflow, version)
         if protection is not None:
             found |= protection.paths

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.db import connections
 from django.utils import timezone
 
+from instances.counts import instance_counts_fold
 from instances.job_handlers import instances_reap_stranded_busy, job_execute
 from instances.models import Job
 from instances.queue import (
@@ -129,6 +130,7 @@ class EmbeddedJobRunner(threading.Thread):
         instances_reap_stranded_busy()
         locks_sweep_expired()
         jobs_prune_finished()
+        instance_counts_fold()
 
 
 def start_embedded_runner() -> EmbeddedJobRunner:

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 from django.core.cache import cache
-from django.db.models import Q, QuerySet
+from django.db.models import CharField, Max, Q, QuerySet, Value
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import In
 
 from instances.engine.definition import (
     DEFAULT_FALLBACK_SECONDS,
@@ -50,6 +54,14 @@ from instances.filters import (
     sort_keys_of,
     sort_terms,
 )
+from instances.filters.keyset import (
+    Cursor,
+    cursor_annotations,
+    decode_cursor,
+    encode_cursor,
+    key_terms,
+    rows_after,
+)
 from instances.indexes import flag_unindexed, unindexed_fields
 from instances.models import (
     Correlation,
@@ -69,6 +81,8 @@ from instances.status import (
 )
 from instances.wiring import engine
 from vnext.conf import header_deny_list, schema_hash_salt, vnext_setting
+from workflows.documents import ComponentKind
+from workflows.models import Component
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,13 @@ class Page:
     has_next: bool
     # Data fields filtered or sorted on that no index serves, on a big table (`flag_unindexed`).
     unindexed: tuple[str, ...] = ()
+    # The keyset cursor of the next page ("" when there is none), beside `page + 1`.
+    next_cursor: str = ""
+
+    @property
+    def next_page_numbered(self) -> bool:
+        """Whether the next page may still be asked by number (`VNEXT_MAX_PAGE_OFFSET`)."""
+        return self.page * self.page_size <= int(vnext_setting("MAX_PAGE_OFFSET"))
 
 
 @dataclass(frozen=True)
@@ -102,6 +123,7 @@ def instance_list(
     aggregations: str | None = None,
     page: str | None = None,
     page_size: str | None = None,
+    cursor: str | None = None,
     visible: Q | None = None,
     roles: frozenset[str] | None = None,
 ) -> Page | Groups:
@@ -109,10 +131,25 @@ def instance_list(
     `filters` (all of which must hold), sorted, one page (stable order), or their groups when
     the query has a `groupBy`. `visible` keeps only the instances the caller may read
     (`readable_instances`); with the caller's `roles`, a data field the master schema hides,
-    masks or encrypts for them is refused (`invalid_column`) wherever the query names it."""
+    masks or encrypts for them is refused (`invalid_column`) wherever the query names it.
+
+    A page is asked by number (`page`: rows skipped with OFFSET, at most
+    `VNEXT_MAX_PAGE_OFFSET` of them, else 400) or by the `cursor` the previous page gave
+    (keyset: the rows after its last one, in the same order, at any depth)."""
     number, size = parse_page(page, page_size)
     query = parse_query(list(filters), group_by=group_by, aggregations=aggregations)
     keys = sort_keys_of(sort, order_by)
+    terms = key_terms(keys)
+    after: Cursor | None = None
+    if cursor is not None:
+        if page is not None:
+            raise VNextError(Codes.FILTER_INVALID, "Give page or cursor, not both.")
+        if query.group is not None:
+            raise VNextError(Codes.FILTER_INVALID, "groupBy answers groups: no cursor.")
+        after = decode_cursor(keys, terms, cursor)
+        number = after.page
+    elif query.group is None:
+        _check_page_offset(number, size)
     queryset: QuerySet[Instance] = Instance.objects.filter(domain=domain, workflow_key=workflow)
     if visible is not None:
         queryset = queryset.filter(visible)
@@ -127,12 +164,32 @@ def instance_list(
     if query.group is not None:
         flagged = flag_unindexed(queryset, unindexed, domain=domain, workflow=workflow)
         return Groups(grouped(queryset, query.group), flagged)
-    queryset = queryset.order_by(*sort_terms(keys))
-    start = (number - 1) * size
-    page_query = queryset[start : start + size + 1]
+    queryset = queryset.order_by(*sort_terms(keys)).annotate(**cursor_annotations(terms))
+    if after is not None:
+        page_query = queryset.filter(rows_after(terms, after.values))[: size + 1]
+    else:
+        start = (number - 1) * size
+        page_query = queryset[start : start + size + 1]
     flagged = flag_unindexed(page_query, unindexed, domain=domain, workflow=workflow)
     rows = list(page_query)
-    return Page(rows[:size], number, size, len(rows) > size, flagged)
+    has_next = len(rows) > size
+    next_cursor = encode_cursor(keys, terms, number + 1, rows[size - 1]) if has_next else ""
+    return Page(rows[:size], number, size, has_next, flagged, next_cursor)
+
+
+def _check_page_offset(number: int, size: int) -> None:
+    """Refuse a page that starts past `VNEXT_MAX_PAGE_OFFSET` rows: OFFSET reads and drops
+    every row before it, so deep pages are asked by cursor (400 `invalid_filter`)."""
+    bound = int(vnext_setting("MAX_PAGE_OFFSET"))
+    offset = (number - 1) * size
+    if offset > bound:
+        raise VNextError(
+            Codes.FILTER_INVALID,
+            f"page {number} of pageSize {size} starts at row {offset + 1}, past the "
+            f"{bound} rows a page number may skip (VNEXT_MAX_PAGE_OFFSET): page on with the "
+            "cursor the previous page gave (links.next, nextCursor; ?cursor=...).",
+            extra={"maxPageOffset": bound},
+        )
 
 
 def instance_matches(
@@ -164,9 +221,15 @@ def _unreadable(
 
 
 def _workflow_versions(domain: str, workflow: str) -> list[WorkflowDefinition]:
-    versions = Instance.objects.filter(domain=domain, workflow_key=workflow)
+    """Every published version of the workflow (the registry: an instance is pinned to one of
+    them), newest first; never a scan of the instances."""
+    versions = (
+        Component.objects.filter(kind=ComponentKind.WORKFLOW, domain=domain, key=workflow)
+        .order_by("-version_major", "-version_minor", "-version_patch", "-version_is_release")
+        .values_list("version", flat=True)
+    )
     found = []
-    for version in versions.values_list("workflow_version", flat=True).distinct():
+    for version in versions:
         definition = engine().components.workflow(domain, workflow, version)
         if definition is not None:
             found.append(definition)
@@ -186,14 +249,10 @@ def readable_instances(domain: str, workflow: str, caller: Caller) -> Q | None:
         groups = _query_role_overrides(domain, workflow, definition.version)
         scopes: list[tuple[Q, SubflowOverrides]] = [(in_version, NO_OVERRIDES)]
         if groups:
-            # A positive subquery, so rows without overrides (a NULL JSON path) stay in scope.
-            overridden = Instance.objects.filter(
-                domain=domain,
-                workflow_key=workflow,
-                workflow_version=definition.version,
-                **{f"extra__{OVERRIDES_KEY}__source__in": list(groups)},
-            ).values("pk")
-            scopes = [(in_version & ~Q(pk__in=overridden), NO_OVERRIDES)]
+            # A condition on the row itself (never a subquery over the table); rows without
+            # overrides (a missing JSON path) read as "" and stay in scope.
+            overridden = In(_override_source(), list(groups))
+            scopes = [(in_version & ~Q(overridden), NO_OVERRIDES)]
             scopes += [
                 (in_version & Q(**{f"extra__{OVERRIDES_KEY}__source": source}), overrides)
                 for source, overrides in groups.items()
@@ -210,26 +269,71 @@ def readable_instances(domain: str, workflow: str, caller: Caller) -> Q | None:
     return visible
 
 
+def _override_source() -> Coalesce:
+    """The SubFlow state that started an instance with overrides (its `extra`), else ""."""
+    pinned = KeyTextTransform("source", KeyTransform(OVERRIDES_KEY, "extra"))
+    return Coalesce(pinned, Value(""), output_field=CharField())
+
+
 def _query_role_overrides(domain: str, workflow: str, version: str) -> dict[str, SubflowOverrides]:
-    """The SubFlow overrides of state query roles the instances of a workflow version run
-    under, by the parent state that gave them (few: one per overriding SubFlow state)."""
-    children = Instance.objects.filter(
-        domain=domain,
-        workflow_key=workflow,
-        workflow_version=version,
-        **{f"extra__{OVERRIDES_KEY}__has_key": "states"},
+    """The SubFlow overrides of state query roles the instances of a workflow version may run
+    under, by the parent state that gives them (few: one per overriding SubFlow state). Read
+    from the registry, as `child_start` pins them: every published SubFlow state starting
+    this workflow (at this version, or at whichever is newest) with `overrides.states`."""
+    return {
+        source: overrides
+        for pinned, source, overrides in _subflow_query_overrides().get((domain, workflow), ())
+        if pinned is None or pinned == version
+    }
+
+
+@dataclass
+class _OverrideIndex:
+    generation: int | None = None
+    by_child: dict[tuple[str, str], list[tuple[str | None, str, SubflowOverrides]]] = field(
+        default_factory=dict
     )
-    sources = children.values_list(f"extra__{OVERRIDES_KEY}__source", flat=True).distinct()
-    groups: dict[str, SubflowOverrides] = {}
-    for source in sources:
-        extra = (
-            children.filter(**{f"extra__{OVERRIDES_KEY}__source": source})
-            .values_list("extra", flat=True)
-            .first()
-        )
-        if isinstance(source, str) and source:
-            groups[source] = SubflowOverrides.of_extra(extra)
-    return groups
+
+
+_OVERRIDE_INDEX = _OverrideIndex()
+_OVERRIDE_LOCK = threading.Lock()
+
+
+def _subflow_query_overrides() -> dict[
+    tuple[str, str], list[tuple[str | None, str, SubflowOverrides]]
+]:
+    """Every published SubFlow state overriding its child's query roles, by child workflow:
+    `(pinned child version or None, source, overrides)`. Published components are immutable
+    and only ever added, so the index is rebuilt (in-process) only when the registry's newest
+    row changes: one primary-key lookup a listing."""
+    generation = Component.objects.aggregate(newest=Max("pk"))["newest"]
+    with _OVERRIDE_LOCK:
+        if _OVERRIDE_INDEX.generation == generation and generation is not None:
+            return _OVERRIDE_INDEX.by_child
+    by_child: dict[tuple[str, str], list[tuple[str | None, str, SubflowOverrides]]] = {}
+    parents = Component.objects.filter(kind=ComponentKind.WORKFLOW).values_list(
+        "domain", "key", "version"
+    )
+    for domain, key, version in parents.iterator():
+        parent = engine().components.workflow(domain, key, version)
+        if parent is None:
+            continue
+        for state in parent.states.values():
+            config = state.subflow
+            if not config or config.get("type", "S") != "S":
+                continue
+            source = f"{parent.domain}/{parent.key}@{parent.version}#{state.key}"
+            overrides = SubflowOverrides.of_subflow(config, source)
+            if not overrides.states:
+                continue
+            process = config.get("process") or {}
+            child = (str(process.get("domain") or domain), str(process.get("key") or ""))
+            pinned = str(process["version"]) if process.get("version") else None
+            by_child.setdefault(child, []).append((pinned, source, overrides))
+    with _OVERRIDE_LOCK:
+        _OVERRIDE_INDEX.generation = generation
+        _OVERRIDE_INDEX.by_child = by_child
+    return by_child
 
 
 def _readable_clauses(

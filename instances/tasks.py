@@ -6,6 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from instances.archive import instances_archive
+from instances.counts import instance_counts_fold
 from instances.job_handlers import instances_reap_stranded_busy, job_run
 from instances.queue import JOB_RUN_TASK, jobs_dispatch_due, jobs_prune_finished
 from locks.services import locks_sweep_expired
@@ -48,3 +49,9 @@ def instances_archive_task() -> int:
     """Archive completed instances past their retention (at most `ARCHIVE_RUN_LIMIT` a run;
     the next run goes on). Nothing happens while no retention is set."""
     return instances_archive(limit=int(vnext_setting("ARCHIVE_RUN_LIMIT"))).archived
+
+
+@shared_task(name="vnext.instance_counts_fold", ignore_result=True)
+def instance_counts_fold_task() -> int:
+    """Add the instance-count deltas the triggers appended into the totals."""
+    return instance_counts_fold()

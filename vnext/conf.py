@@ -139,6 +139,8 @@ DEFAULTS: dict[str, Any] = {
     # filters or sorts on a data field no search index serves answers `X-VNext-Unindexed` and
     # logs its plan's cost (README "Search indexes").
     "UNINDEXED_WARN_ROWS": 100_000,
+    # The most rows a listing's `page` may skip (OFFSET); deeper pages are read by cursor.
+    "MAX_PAGE_OFFSET": 10_000,
 }
 
 

@@ -327,6 +327,7 @@ VNEXT = {
     "UNINDEXED_WARN_ROWS": env.int("VNEXT_UNINDEXED_WARN_ROWS", default=100_000),
     # Request headers scripts and job rows never get; unset: `*auth*,*token*,...` (vnext/conf.py).
     "HEADER_DENY_PATTERNS": env.list("VNEXT_HEADER_DENY_PATTERNS", default=None),
+    "MAX_PAGE_OFFSET": env.int("VNEXT_MAX_PAGE_OFFSET", default=10_000),
 }
 # One limit on request bodies: the serving layer's (read before a thread is taken) and Django's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = VNEXT["MAX_BODY_BYTES"]

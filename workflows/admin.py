@@ -121,7 +121,7 @@ class ComponentAdmin(admin.ModelAdmin):
             '<a href="{}">{} {}</a>',
             (
                 (
-                    self._instances_url(component, status=status),
+                    self._instances_url(component, status__exact=status),
                     n,
                     _label(InstanceStatus, status).lower(),
                 )
@@ -152,9 +152,7 @@ class ComponentAdmin(admin.ModelAdmin):
     def diagram(self, component: Component) -> str:
         """The state diagram; each state links to this version's instances in it."""
         definition = _definition(component)
-        drawn = render(
-            definition, lambda state: self._instances_url(component, current_state=state)
-        )
+        drawn = render(definition, lambda key: self._instances_url(component, state=key))
         if drawn is None:
             reason = "Graphviz is not installed (apt-get install graphviz)"
             if graphviz_available():
@@ -186,10 +184,10 @@ class ComponentAdmin(admin.ModelAdmin):
 
     @staticmethod
     def _instances_url(component: Component, **filters: str) -> str:
+        # The instance list's registry filters (workflow, version, state; instances.admin).
         query = {
-            "domain": component.domain,
-            "workflow_key": component.key,
-            "workflow_version": component.version,
+            "workflow": f"{component.domain}/{component.key}",
+            "version": component.version,
             **filters,
         }
         return reverse("admin:instances_instance_changelist") + "?" + urlencode(query)

@@ -2,18 +2,26 @@
 history, tasks, incidents and the operators' audit trail. Status changes happen through services,
 never by editing rows: operators (the `instances.change_instance` permission) retry, cancel or
 resolve instances with actions that confirm first and call the same services as the API and
-`manage.py instances_retry`."""
+`manage.py instances_retry`.
+
+Built for tables of millions of rows: the sidebar's choices come from the component registry
+and the status vocabulary (never a `DISTINCT` over instances), there is no date hierarchy, the
+result count comes from the counters or the planner (`EstimatedCountPaginator`), and the search
+box finds an instance by exact id or by exact or prefix business key through indexes."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
+from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -21,6 +29,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from instances.admin import inspector
+from instances.counts import estimated_rows, instance_counts
 from instances.job_handlers import REPLAYED, job_replay
 from instances.models import (
     Correlation,
@@ -38,8 +47,11 @@ from instances.services import (
     retry_plan,
 )
 from instances.status import InstanceStatus, choices
+from instances.wiring import engine
 from vnext.admin_site import broker_configured
 from vnext.conf import vnext_setting
+from workflows.documents import ComponentKind
+from workflows.models import Component
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -110,6 +122,120 @@ class ErrorCodeFilter(admin.SimpleListFilter):
             instance=OuterRef("pk"), resolved=False, error_code=self.value()
         )
         return queryset.filter(Exists(matching))
+
+
+def _chosen_workflow(request: HttpRequest) -> tuple[str, str] | None:
+    """The `(domain, workflow)` the list is filtered on (`?workflow=domain/key`), if any."""
+    value = request.GET.get(WorkflowFilter.parameter_name, "")
+    domain, _, key = value.partition("/")
+    return (domain, key) if domain and key else None
+
+
+def _published_versions(domain: str, key: str) -> list[str]:
+    return list(
+        Component.objects.filter(kind=ComponentKind.WORKFLOW, domain=domain, key=key)
+        .order_by("-version_major", "-version_minor", "-version_patch", "-version_is_release")
+        .values_list("version", flat=True)
+    )
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    """Instances of one workflow; the choices are the published workflows (the registry)."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        published = (
+            Component.objects.filter(kind=ComponentKind.WORKFLOW)
+            .values_list("domain", "key")
+            .distinct()
+            .order_by("domain", "key")
+        )
+        return [(f"{domain}/{key}", f"{domain}/{key}") for domain, key in published]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        chosen = _chosen_workflow(request)
+        if chosen is None:
+            return queryset
+        return queryset.filter(domain=chosen[0], workflow_key=chosen[1])
+
+
+class WorkflowVersionFilter(admin.SimpleListFilter):
+    """Instances pinned to one version of the chosen workflow (its published versions)."""
+
+    title = "workflow version"
+    parameter_name = "version"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        chosen = _chosen_workflow(request)
+        if chosen is None:
+            return []
+        return [(version, version) for version in _published_versions(*chosen)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(workflow_version=self.value()) if self.value() else queryset
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Instances in one state of the chosen workflow (the states its versions define)."""
+
+    title = "current state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        chosen = _chosen_workflow(request)
+        if chosen is None:
+            return []
+        states: dict[str, None] = {}
+        for version in _published_versions(*chosen):
+            definition = engine().components.workflow(chosen[0], chosen[1], version)
+            states.update(dict.fromkeys(definition.states if definition else ()))
+        return [(state, state) for state in sorted(states)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(current_state=self.value()) if self.value() else queryset
+
+
+# Above this many rows (by the planner's estimate) a filtered list shows the estimate; below,
+# the rows are counted, at most this many + 1 read.
+EXACT_COUNT_BOUND = 10_000
+# The list filters the counters answer exactly (beside paging and ordering).
+_COUNTED_PARAMETERS = frozenset({"status__exact", WorkflowFilter.parameter_name})
+_LIST_PARAMETERS = frozenset({"o", "p", "_changelist_filters", "_to_field", "_popup"})
+
+
+class EstimatedCountPaginator(Paginator):
+    """A paginator whose count never counts a big table: the instance counters when the list
+    is filtered by workflow and/or status only, else the planner's estimate when it is above
+    `EXACT_COUNT_BOUND` (`estimated` is then true, and the list says "about"), else the rows
+    counted through a `LIMIT` of the bound."""
+
+    def __init__(
+        self, queryset: QuerySet[Instance], *args: Any, request: HttpRequest, **kwargs: Any
+    ) -> None:
+        super().__init__(queryset, *args, **kwargs)
+        self.queryset = queryset
+        self.request = request
+        self.estimated = False
+
+    @cached_property
+    def count(self) -> int:
+        """The number of rows, exact or (`estimated`) the planner's."""
+        asked = {name for name in self.request.GET if name not in _LIST_PARAMETERS}
+        if asked <= _COUNTED_PARAMETERS:
+            chosen = _chosen_workflow(self.request)
+            counts = instance_counts(
+                domain=chosen[0] if chosen else None, workflow=chosen[1] if chosen else None
+            )
+            wanted = self.request.GET.get("status__exact")
+            return counts.get(wanted, 0) if wanted else sum(counts.values())
+        queryset = self.queryset
+        estimate = estimated_rows(queryset)
+        if estimate is not None and estimate > EXACT_COUNT_BOUND:
+            self.estimated = True
+            return estimate
+        return queryset.order_by()[: EXACT_COUNT_BOUND + 1].count()
 
 
 class IncidentInline(_ReadOnlyInline):
@@ -193,18 +319,19 @@ class InstanceAdmin(admin.ModelAdmin):
     ]
     list_filter = [
         "status",
-        "domain",
-        "workflow_key",
-        "workflow_version",
-        "current_state",
+        WorkflowFilter,
+        WorkflowVersionFilter,
+        StateFilter,
         OpenIncidentFilter,
         ErrorCodeFilter,
         BusyPastLeaseFilter,
         ("created_at", admin.DateFieldListFilter),
         ("updated_at", admin.DateFieldListFilter),
     ]
-    search_fields = ["id", "key"]
-    date_hierarchy = "created_at"
+    # Searched by `get_search_results`: exact id, exact or prefix key (indexes serve both).
+    search_fields = ["key"]
+    search_help_text = "An instance id, or a business key or the start of one (case matters)."
+    show_full_result_count = False
     change_list_template = "admin/instances/instance/change_list.html"
     fields = readonly_fields = (
         "id",
@@ -238,6 +365,32 @@ class InstanceAdmin(admin.ModelAdmin):
         OperatorActionInline,
     ]
     actions = ["retry", "cancel", "resolve_incidents"]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Instance], search_term: str
+    ) -> tuple[QuerySet[Instance], bool]:
+        """The instance with that id, else those whose key is or starts with the term: the
+        primary key and the business-key index answer, never `UPPER(...) LIKE '%...%'`."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(pk=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.filter(key__startswith=term), False
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Instance],
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> EstimatedCountPaginator:
+        """A paginator that never counts the whole table (`EstimatedCountPaginator`)."""
+        return EstimatedCountPaginator(
+            queryset, per_page, orphans, allow_empty_first_page, request=request
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Instance]:
         """Rows with the code of their newest open incident (the list's column), one query."""
@@ -301,7 +454,8 @@ class InstanceAdmin(admin.ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        """The list, with the instances counted by status at the top (each a filter link).
+        """The list, with the instances counted by status at the top (each a filter link; the
+        counters', so for the chosen workflow or all).
         An operator action posted by hand without the permission is a 403, not a quiet
         'no action selected'."""
         if (
@@ -310,8 +464,9 @@ class InstanceAdmin(admin.ModelAdmin):
             and not self.has_change_permission(request)
         ):
             raise PermissionDenied
-        counts = dict(
-            Instance.objects.values_list("status").annotate(n=Count("id")).order_by("status")
+        chosen = _chosen_workflow(request)
+        counts = instance_counts(
+            domain=chosen[0] if chosen else None, workflow=chosen[1] if chosen else None
         )
         base = reverse("admin:instances_instance_changelist")
         status_counts = [

@@ -126,6 +126,9 @@ class InstancePageSerializer(serializers.Serializer):
     page = serializers.IntegerField()
     pageSize = serializers.IntegerField()
     hasNext = serializers.BooleanField()
+    nextCursor = serializers.CharField(
+        allow_blank=True, help_text='the `cursor` of the next page; "" on the last'
+    )
     links = LinksSerializer()
 
 

@@ -194,6 +194,13 @@ PAGE = OpenApiParameter(
 PAGE_SIZE = OpenApiParameter(
     "pageSize", {"type": "integer", "minimum": 1, "maximum": 100}, description="1..100"
 )
+CURSOR = OpenApiParameter(
+    "cursor",
+    {"type": "string", "maxLength": 4000},
+    description="the next page after the one that gave this token (`links.next`, "
+    "`nextCursor`): keyset paging in the same order, at any depth (not with `page`; a page "
+    "number may skip at most VNEXT_MAX_PAGE_OFFSET rows)",
+)
 EXTENSIONS = OpenApiParameter(
     "extensions",
     {
@@ -679,6 +686,7 @@ class InstanceListView(ApiView):
             AGGREGATIONS,
             PAGE,
             PAGE_SIZE,
+            CURSOR,
             EXTENSIONS,
         ],
         responses=responses({200: INSTANCE_LISTING}),
@@ -686,7 +694,10 @@ class InstanceListView(ApiView):
     )
     def get(self, request: Request, domain: str, workflow: str) -> Response:
         """A page of instances with `self`/`first`/`next`/`prev` links (`""` where there is no
-        such page), each with its extensions; or `{"groups": [...]}` for a `groupBy`."""
+        such page), each with its extensions; or `{"groups": [...]}` for a `groupBy`. `next`
+        asks the next page by number while the number may skip its rows
+        (`VNEXT_MAX_PAGE_OFFSET`), by cursor after that or when this page was read by one;
+        `nextCursor` is the cursor always."""
         params = request.query_params
         requested = _requested_extensions(request)
         caller = _caller(request)
@@ -700,6 +711,7 @@ class InstanceListView(ApiView):
             aggregations=params.get("aggregations"),
             page=params.get("page"),
             page_size=params.get("pageSize"),
+            cursor=params.get("cursor"),
             visible=readable_instances(domain, workflow, caller),
             roles=caller.roles,
         )
@@ -707,11 +719,24 @@ class InstanceListView(ApiView):
             return _unindexed(Response({"groups": listing.groups}), listing.unindexed)
         page = listing
 
-        def link(number: int) -> str:
+        def link(number: int | None = None, cursor: str | None = None) -> str:
             query = params.copy()
-            query["page"] = str(number)
+            query.pop("page", None)
+            query.pop("cursor", None)
+            if cursor:
+                query["cursor"] = cursor
+            else:
+                query["page"] = str(number)
             query["pageSize"] = str(page.page_size)
             return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+
+        by_cursor = "cursor" in params
+        if not page.has_next:
+            next_link = ""
+        elif by_cursor or not page.next_page_numbered:
+            next_link = link(cursor=page.next_cursor)
+        else:
+            next_link = link(page.page + 1)
 
         incidents = active_incidents([row.pk for row in page.items])
         extensions = listed_extensions(
@@ -733,16 +758,24 @@ class InstanceListView(ApiView):
                 "page": page.page,
                 "pageSize": page.page_size,
                 "hasNext": page.has_next,
+                "nextCursor": page.next_cursor,
                 "links": {
-                    "self": link(page.page),
+                    "self": link(cursor=params["cursor"]) if by_cursor else link(page.page),
                     "first": link(1),
                     # Strings always, as vNext sends them: "" where there is no such page.
-                    "next": link(page.page + 1) if page.has_next else "",
-                    "prev": link(page.page - 1) if page.page > 1 else "",
+                    "next": next_link,
+                    # Keyset pages go forward only: back by number while one reaches it.
+                    "prev": link(page.page - 1)
+                    if page.page > 1 and (page.page - 2) * page.page_size <= _max_page_offset()
+                    else "",
                 },
             }
         )
         return _unindexed(response, page.unindexed)
+
+
+def _max_page_offset() -> int:
+    return int(vnext_setting("MAX_PAGE_OFFSET"))
 
 
 UNINDEXED_HEADER = "X-VNext-Unindexed"

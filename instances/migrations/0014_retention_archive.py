@@ -49,7 +49,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("instances", "0012_instant_function"),
+        ("instances", "0013_counts_business_key"),
         ("django_celery_beat", "0019_alter_periodictasks_options"),
     ]
 
