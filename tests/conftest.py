@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,27 @@ def _no_rate_limits() -> None:
     from django.conf import settings
 
     settings.VNEXT = {**settings.VNEXT, **NO_LIMITS}
+
+
+def migration_group(name: str) -> Any:
+    """A group a data migration makes (`operators`, `relay-services`), made again when a
+    transactional test's flush (which empties the migrations' rows too) removed it earlier in
+    this process."""
+    from django.contrib.auth.models import Group, Permission
+
+    permissions = {
+        "operators": import_module("instances.migrations.0007_operators_group").PERMISSIONS,
+        "relay-services": [("instances", "relay_subflow")],
+    }[name]
+    group, made = Group.objects.get_or_create(name=name)
+    if made:
+        group.permissions.add(
+            *(
+                Permission.objects.get(content_type__app_label=app_label, codename=codename)
+                for app_label, codename in permissions
+            )
+        )
+    return group
 
 
 def corpus_files() -> list[Path]:

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Permission
 
 from instances.engine.outcomes import PipelineFault
 from instances.models import Instance
 from instances.services import RequestInfo, instance_start, instance_transition
+from tests.conftest import migration_group
 from tests.engine.builders import state, task_ref, transition, workflow
 from tests.instances.workflows import CANCEL, publish
 
@@ -65,7 +66,7 @@ def publish_workflows() -> None:
 def staff_operator() -> Any:
     """Staff, not superuser, in the `operators` group the data migration created."""
     user = get_user_model().objects.create_user("ops", password="pw-12345678", is_staff=True)
-    user.groups.add(Group.objects.get(name="operators"))
+    user.groups.add(migration_group("operators"))
     return user
 
 

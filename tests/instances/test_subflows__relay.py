@@ -8,12 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from instances.job_handlers import jobs_run_due
 from instances.models import Instance, Job
-from tests.conftest import UserFactory
+from tests.conftest import UserFactory, migration_group
 from tests.instances.scenario_api import WorkflowApi, import_examples
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +27,7 @@ def root(db: None, operator_client: Any) -> WorkflowApi:
 @pytest.fixture
 def service_client() -> APIClient:
     user: Any = UserFactory(username="relay-service")
-    user.groups.add(Group.objects.get(name="relay-services"))
+    user.groups.add(migration_group("relay-services"))
     client = APIClient()
     client.force_authenticate(user)
     return client
