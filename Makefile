@@ -38,6 +38,8 @@ PORT ?= 8000
 # `make run` allows it through the egress policy (set VNEXT_EGRESS_ALLOW_HOSTS to replace it).
 EXAMPLES_MOCK ?= localhost:3001
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/vnext_test
+# Test processes (pytest-xdist, a file at a time so a file's servers start once); 0: one process.
+TEST_PROCESSES ?= 2
 # The browser tests (tests/site/test_admin__browser_*.py) drive Debian's chromium through its
 # chromedriver, and the admin draws state diagrams with Graphviz's dot; `make browser` installs
 # them with apt-get (as root, or through sudo).
@@ -93,7 +95,7 @@ serve: $(STAMP) ## Production server, same topology as run: serve only (run `mak
 	PORT=$(PORT) HOST=$${HOST:-0.0.0.0} $(PY) manage.py vnext_run --serve-only
 
 test: $(STAMP) browser lint ## Lint, then the whole suite against PostgreSQL (and a browser)
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) -m pytest $(PYTEST_ARGS) || { \
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS) || { \
 	  code=$$?; [ $$code -ne 5 ] || echo "pytest ran no test (exit 5): check PYTEST_ARGS" >&2; \
 	  exit $$code; }
 
