@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -242,6 +243,7 @@ def instances_archive(
     report = ArchiveReport(dry_run=dry_run)
     store = archive or FolderArchive()
     size = max(1, int(batch_size or vnext_setting("ARCHIVE_BATCH_SIZE")))
+    yield_ratio = max(0.0, float(vnext_setting("ARCHIVE_YIELD_RATIO")))
     moment = now or timezone.now()
     remaining = limit
     for retention in workflow_retentions(older_than_days=older_than_days):
@@ -259,8 +261,12 @@ def instances_archive(
                 remaining -= counted
         while not dry_run and (remaining is None or remaining > 0):
             wanted = size if remaining is None else min(size, remaining)
+            began = time.monotonic()
             try:
                 done = _archive_batch(candidates, wanted, store, report, moment)
+                # Live traffic first: rest `ARCHIVE_YIELD_RATIO` times as long as the batch
+                # took (1.0: the archive keeps at most half of one core and of the disk busy).
+                time.sleep((time.monotonic() - began) * yield_ratio if done else 0.0)
             except (DatabaseError, ArchiveError) as failure:
                 message = f"{retention.name}: batch not archived ({failure})"
                 logger.warning("%s", message)

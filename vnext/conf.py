@@ -129,6 +129,7 @@ DEFAULTS: dict[str, Any] = {
     "ARCHIVE_DIR": None,
     # Instances archived and deleted per transaction: each batch locks only its own rows.
     "ARCHIVE_BATCH_SIZE": 500,
+    "ARCHIVE_YIELD_RATIO": 1.0,
     # The most instances one run of the periodic archive task archives.
     "ARCHIVE_RUN_LIMIT": 100_000,
     # An instance Busy longer than this with no live job is faulted by the reaper.

@@ -297,6 +297,8 @@ VNEXT = {
     "RETENTION_DAYS": env.int("VNEXT_RETENTION_DAYS", default=0) or None,
     "ARCHIVE_DIR": env.str("VNEXT_ARCHIVE_DIR", default="") or None,
     "ARCHIVE_BATCH_SIZE": env.int("VNEXT_ARCHIVE_BATCH_SIZE", default=500),
+    # After each batch the archive rests this many times as long as the batch took (0: no rest).
+    "ARCHIVE_YIELD_RATIO": env.float("VNEXT_ARCHIVE_YIELD_RATIO", default=1.0),
     "ARCHIVE_RUN_LIMIT": env.int("VNEXT_ARCHIVE_RUN_LIMIT", default=100_000),
     "BUSY_LEASE_SECONDS": env.float("VNEXT_BUSY_LEASE_SECONDS", default=300.0),
     "EMBEDDED_RUNNER_THREADS": env.int("VNEXT_EMBEDDED_RUNNER_THREADS", default=4),
