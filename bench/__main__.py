@@ -33,6 +33,7 @@ SUITES = (
     "admin",
     "observability",
     "funnel",
+    "crossings",
 )
 # Every suite but these needs PostgreSQL.
 DATABASE_SUITES = set(SUITES) - {"scripts", "validation"}
@@ -75,6 +76,7 @@ def main(argv: list[str]) -> None:
     django.setup()
     from bench import (
         bench_admin,
+        bench_crossings,
         bench_fanout,
         bench_funnel,
         bench_fuzz,
@@ -103,6 +105,7 @@ def main(argv: list[str]) -> None:
         "fuzz": bench_fuzz.main,
         "observability": bench_observability.main,
         "funnel": bench_funnel.main,
+        "crossings": bench_crossings.main,
     }
     from bench.summary import print_summary
 
