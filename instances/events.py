@@ -38,7 +38,7 @@ from instances.orm_store import sealed_paths
 from instances.queue import job_enqueue
 from instances.services import (
     RequestInfo,
-    instance_start_accept,
+    instance_start,
     instance_transition_accept,
     workflow_definition,
 )
@@ -155,11 +155,12 @@ def event_deliver(
             return EventOutcome(delivery.event_id, duplicate=True)
         outcome = EventOutcome(delivery.event_id)
         if action == "start":
-            started = instance_start_accept(
+            started = instance_start(
                 domain=domain,
                 workflow=workflow,
                 body={"key": key, "attributes": data} if key else {"attributes": data},
                 info=event_info,
+                sync=False,
             )
             # An idempotent start (the key exists) answers with that instance: receipted too.
             outcome.matched, outcome.instances = 1, [str(started.instance.id)]
