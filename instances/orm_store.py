@@ -56,7 +56,7 @@ from instances.field_encryption import (
     sealed_writes,
 )
 from instances.filters import parse_filter, parse_sort
-from instances.job_payloads import FaultToRetry
+from instances.job_payloads import FaultToRetry, SubflowEndJob, SubflowResumeJob
 from instances.models import (
     Correlation,
     Incident,
@@ -591,11 +591,9 @@ def _close_parent_correlation(child_id: uuid.UUID, correlation_id: int, status: 
         job_enqueue(
             kind=JobKind.SUBFLOW_RESUME,
             instance_id=parent_id,
-            payload={
-                "child": str(child_id),
-                "correlation": correlation_id,
-                "origin": str(child_id),
-            },
+            payload=SubflowResumeJob(
+                child=str(child_id), correlation=correlation_id, origin=str(child_id)
+            ).to_json(),
         )
 
 
@@ -612,11 +610,11 @@ def _end_children(parent_id: uuid.UUID, end: ChildrenEnd) -> None:
             job_enqueue(
                 kind=JobKind.SUBFLOW_END,
                 instance_id=child_id,
-                payload={
-                    "transitionKind": end.transition_kind,
-                    "correlation": correlation_id,
-                    "origin": str(parent_id),
-                },
+                payload=SubflowEndJob(
+                    transition_kind=end.transition_kind,
+                    correlation=correlation_id,
+                    origin=str(parent_id),
+                ).to_json(),
             )
 
 
