@@ -293,7 +293,7 @@ def event_transition_admit(job: Job) -> EventAdmission:
                 ref=str(instance_id),
                 transition_key=waiting.transition,
                 body={"attributes": waiting.attributes},
-                info=RequestInfo(actor=waiting.actor, headers={}, query={}),
+                info=RequestInfo(actor=waiting.actor or "event", headers={}, query={}),
                 trigger=Trigger.EVENT,
             )
             marked = Job.objects.filter(

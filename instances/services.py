@@ -363,8 +363,8 @@ def boundary_retry_request(
     definition: WorkflowDefinition, job: BoundaryRetryJob
 ) -> TransitionRequest:
     """The request of an error-boundary retry job: the hop it continues, re-entered at the task
-    that failed (`job.boundary`, written by the engine when it scheduled it)."""
-    retry = job.boundary
+    that failed (`job.boundary_retry`, written by the engine when it scheduled it)."""
+    retry = job.boundary_retry
     fault = retry.fault
     transition = _faulted_transition(definition, fault)
     if transition is None or fault.step not in Order.__members__:
@@ -381,7 +381,7 @@ def boundary_retry_request(
         resume_at=Order[fault.step],
         resolves_incidents=retry.resolves_incidents,
     )
-    request.resume_tasks = TaskResume(phase=retry.phase, order=retry.order, keys=retry.tasks)
+    request.resume_tasks = TaskResume(phase=retry.phase, order=retry.order, keys=tuple(retry.tasks))
     request.boundary_retries = retry.retry
     request.resume_row = uuid.UUID(retry.row_id)
     return request

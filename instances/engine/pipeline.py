@@ -845,14 +845,14 @@ class Execution:
                 kind=JobKind.TRANSITION,
                 run_at=due,
                 payload=BoundaryRetryJob(
-                    boundary=BoundaryRetry(
+                    boundary_retry=BoundaryRetry(
                         transition=hop.transition.key,
                         from_state=hop.source_state or "",
                         trigger=int(hop.request.trigger),
                         step=step.name,
                         phase=phase,
                         order=outcome.row.order,
-                        tasks=(outcome.key,),
+                        tasks=[outcome.key],
                         retry=retry,
                         row_id=str(row.id),
                         resolves_incidents=self.hops[0].request.resolves_incidents,

@@ -152,8 +152,8 @@ def test_the_transition_kind_tells_its_three_shapes_apart():
     assert retry.fault == FaultToRetry("to-pong", "ping", 1, "ON_ENTRY")
     boundary = transition_job_of(BOUNDARY_RETRY)
     assert isinstance(boundary, BoundaryRetryJob)
-    assert boundary.boundary.fault == FaultToRetry("to-pong", "ping", 1, "ON_EXECUTE")
-    assert boundary.boundary.tasks == ("call",)
+    assert boundary.boundary_retry.fault == FaultToRetry("to-pong", "ping", 1, "ON_EXECUTE")
+    assert boundary.boundary_retry.tasks == ["call"]
 
 
 def test_keys_a_reader_does_not_know_are_ignored():
