@@ -74,20 +74,22 @@ from instances.queue import (
     lane_take,
     max_attempts,
 )
+from instances.run_requests import (
+    boundary_retry_request,
+    long_poll_continue_request,
+    retry_request,
+    transition_request,
+)
 from instances.selectors import state_function, with_state_etag
 from instances.services import (
     InstanceOutcome,
     RequestInfo,
-    boundary_retry_request,
     instance_snapshot,
     instance_start,
     instance_subprocess_start,
     instance_transition,
     instance_transition_accept,
     is_update_data,
-    long_poll_continue_request,
-    retry_request,
-    transition_request,
 )
 from instances.status import (
     CorrelationStatus,

@@ -1,5 +1,6 @@
-"""Instance writes: start an instance, run a transition. Views, tasks and commands call these;
-these call the engine with the ORM store."""
+"""Instance writes: start an instance (now or as a job), run or accept a transition, retry a
+Faulted instance, the subflow relay, the long-poll acknowledgement, a SubProcess start. Views,
+jobs, events and the operators' actions call these; these call the engine with the ORM store."""
 
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ from django.utils import timezone
 
 from instances.archive import archived_instance
 from instances.engine.definition import (
-    LONG_POLL_ACK_KEY,
-    SUBFLOW_RESUME_KEY,
     TransitionDef,
     TransitionKind,
     WorkflowDefinition,
@@ -29,9 +28,8 @@ from instances.engine.outcomes import (
 )
 from instances.engine.overrides import NO_OVERRIDES
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution, TaskResume, TransitionRequest
+from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution
 from instances.engine.ports import BusinessKeyTaken
-from instances.engine.profiles import Order
 from instances.engine.records import (
     LONG_POLL_OWNER_PREFIX,
     Guard,
@@ -45,10 +43,11 @@ from instances.engine.script_runner import script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.subflows import forward_target
 from instances.field_encryption import protection_of, seal_request
-from instances.job_payloads import BoundaryRetryJob, FaultToRetry, RetryJob, TransitionJob
+from instances.job_payloads import RetryJob, TransitionJob
 from instances.models import Correlation
-from instances.orm_store import OrmStore, ended_subflow_child_get, subprocess_correlation_create
+from instances.orm_store import OrmStore, subprocess_correlation_create
 from instances.queue import job_enqueue, lane_ticket, long_poll_fallback_cancel
+from instances.run_requests import long_poll_continue_request, retry_request, transition_request
 from instances.status import InstanceStatus, JobKind, Trigger
 from instances.wiring import engine
 from vnext.conf import header_deny_list
@@ -196,15 +195,24 @@ def transition_runs_sync(
     from, for the run to start from. A transition forwarded to an active subflow follows the
     addressed instance's workflow."""
     addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    definition, transition = _named_transition(addressed, transition_key)
+    if definition is None:
+        return requested, addressed
+    return definition.runs_sync(transition, requested), addressed
+
+
+def _named_transition(
+    addressed: InstanceSnapshot, key: str
+) -> tuple[WorkflowDefinition | None, TransitionDef | None]:
+    # The instance's pinned definition (None: no longer published) and the transition `key`
+    # names there: in its current state, else anywhere in the workflow.
     definition = engine().components.workflow(
         addressed.domain, addressed.workflow_key, addressed.workflow_version
     )
     if definition is None:
-        return requested, addressed
-    transition = definition.transition_for(
-        addressed.current_state, transition_key
-    ) or definition.find_any(transition_key)
-    return definition.runs_sync(transition, requested), addressed
+        return None, None
+    found = definition.transition_for(addressed.current_state, key) or definition.find_any(key)
+    return definition, found
 
 
 def instance_transition(
@@ -298,111 +306,6 @@ def instance_retry(
         return InstanceOutcome(taken, created=False)
     execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
     return InstanceOutcome(execution.instance, created=False, execution=execution)
-
-
-def retry_request(
-    definition: WorkflowDefinition,
-    fault: FaultToRetry | None,
-    *,
-    actor: str,
-    headers: dict[str, str],
-    query: dict[str, Any],
-    instance_id: uuid.UUID | None = None,
-) -> TransitionRequest:
-    """The request that re-runs `fault`'s transition from its failed step (a sync retry, or the
-    job of an async one) on instance `instance_id`."""
-    transition = _faulted_transition(definition, fault) if fault else None
-    if fault is None or transition is None:
-        raise VNextError(
-            Codes.INSTANCE_FAULTED,
-            "no faulted transition of this instance can be run again; cancel it instead",
-        )
-    step = Order[fault.step] if fault.step in Order.__members__ else None
-    request = _rerun_request(
-        transition,
-        fault,
-        actor=actor,
-        headers=headers,
-        query=query,
-        resume_at=step if step is not None and step > Order.CREATE_TRANSITION else None,
-        resolves_incidents="retried",
-    )
-    if transition.kind == TransitionKind.SUBFLOW_RESUME and instance_id is not None:
-        # A resume that faulted (its output handler, say) runs again with the child's data.
-        child = ended_subflow_child_get(parent_id=instance_id, state=fault.from_state)
-        request.subflow_result = dict(child.data) if child is not None else {}
-        request.resume_at = Order.CLEAR_BUSY_ON_RESUME
-    return request
-
-
-def _rerun_request(
-    transition: TransitionDef,
-    fault: FaultToRetry,
-    *,
-    actor: str,
-    headers: dict[str, str],
-    query: dict[str, Any],
-    resume_at: Order | None,
-    resolves_incidents: str,
-) -> TransitionRequest:
-    # What an operator's retry and an error boundary's retry both re-run: `fault`'s transition,
-    # as it was triggered, resumed at `resume_at` in the state it faulted in.
-    return TransitionRequest(
-        transition=transition,
-        trigger=Trigger.of(fault.trigger),
-        headers=headers,
-        query=query,
-        actor=actor,
-        resume_at=resume_at,
-        resume_from_state=fault.from_state or None,
-        resolves_incidents=resolves_incidents,
-    )
-
-
-def boundary_retry_request(
-    definition: WorkflowDefinition, job: BoundaryRetryJob
-) -> TransitionRequest:
-    """The request of an error-boundary retry job: the hop it continues, re-entered at the task
-    that failed (`job.boundary_retry`, written by the engine when it scheduled it)."""
-    retry = job.boundary_retry
-    fault = retry.fault
-    transition = _faulted_transition(definition, fault)
-    if transition is None or fault.step not in Order.__members__:
-        raise VNextError(
-            Codes.TRANSITION_NOT_FOUND,
-            f"transition {fault.transition_key!r} of an error-boundary retry vanished",
-        )
-    request = _rerun_request(
-        transition,
-        fault,
-        actor=job.actor,
-        headers=job.headers,
-        query=job.query,
-        resume_at=Order[fault.step],
-        resolves_incidents=retry.resolves_incidents,
-    )
-    request.resume_tasks = TaskResume(phase=retry.phase, order=retry.order, keys=tuple(retry.tasks))
-    request.boundary_retries = retry.retry
-    request.resume_row = uuid.UUID(retry.row_id)
-    return request
-
-
-def _faulted_transition(
-    definition: WorkflowDefinition, fault: FaultToRetry
-) -> TransitionDef | None:
-    if fault.transition_key == definition.start.key and not fault.from_state:
-        return definition.start
-    found = definition.transition_for(fault.from_state, fault.transition_key)
-    if found is not None:
-        return found
-    if fault.transition_key == SUBFLOW_RESUME_KEY:
-        return definition.subflow_resume(fault.from_state)
-    if fault.transition_key == LONG_POLL_ACK_KEY:
-        return definition.long_poll_ack(fault.from_state)
-    specials = [*definition.specials(), definition.timeout]
-    special = next((t for t in specials if t is not None and t.key == fault.transition_key), None)
-    # An error boundary's rollback/notify transition runs even where it is not available.
-    return special or definition.find_any(fault.transition_key)
 
 
 def _correction(body: Any) -> dict[str, Any]:
@@ -509,20 +412,6 @@ def may_acknowledge(
     return long_poll is None or roles is None or allowed(long_poll.get("roles"), roles)
 
 
-def long_poll_continue_request(
-    definition: WorkflowDefinition, state: str, *, actor: str
-) -> TransitionRequest:
-    """The request that continues a run paused at step 75 in `state` (an ack, or the
-    fallback job)."""
-    return TransitionRequest(
-        transition=definition.long_poll_ack(state),
-        trigger=Trigger.AUTOMATIC,
-        actor=actor,
-        resume_at=Order.CLEAR_BUSY_ON_RESUME,
-        resume_from_state=state,
-    )
-
-
 def instance_subprocess_start(
     *,
     domain: str,
@@ -617,14 +506,7 @@ def instance_transition_accept(
 
 def is_update_data(addressed: InstanceSnapshot, transition_key: str) -> bool:
     """Whether `transition_key` names the updateData transition of the instance's workflow."""
-    definition = engine().components.workflow(
-        addressed.domain, addressed.workflow_key, addressed.workflow_version
-    )
-    if definition is None:
-        return False
-    transition = definition.transition_for(
-        addressed.current_state, transition_key
-    ) or definition.find_any(transition_key)
+    transition = _named_transition(addressed, transition_key)[1]
     return transition is not None and transition.is_update_data
 
 
@@ -757,29 +639,6 @@ def _call(
         query=dict(info.query or {}),
         actor=info.actor,
         stage=payload.stage,
-    )
-
-
-def transition_request(
-    transition: TransitionDef,
-    call: TransitionJob,
-    *,
-    row_seed: uuid.UUID | None = None,
-    attempt: int | None = None,
-) -> TransitionRequest:
-    """The engine's request for a client's start or transition `call`, run now (a sync
-    request) or by the job it was accepted as (`row_seed`, `attempt`: that job's)."""
-    return TransitionRequest(
-        transition=transition,
-        trigger=Trigger.EVENT if call.trigger == Trigger.EVENT else Trigger.MANUAL,
-        attributes=call.attributes,
-        body=call.body,
-        headers=call.headers,
-        query=call.query,
-        actor=call.actor,
-        stage=call.stage,
-        row_seed=row_seed,
-        attempt=attempt,
     )
 
 
