@@ -33,12 +33,13 @@ from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.field_encryption import open_request, protection_of, seal_request
 from instances.filters import parse_filter
+from instances.job_payloads import EventReceipt, EventTransitionJob
 from instances.models import Instance, Job
 from instances.orm_store import sealed_paths
 from instances.queue import job_enqueue
 from instances.services import (
     RequestInfo,
-    instance_start_accept,
+    instance_start,
     instance_transition_accept,
     workflow_definition,
 )
@@ -155,11 +156,12 @@ def event_deliver(
             return EventOutcome(delivery.event_id, duplicate=True)
         outcome = EventOutcome(delivery.event_id)
         if action == "start":
-            started = instance_start_accept(
+            started = instance_start(
                 domain=domain,
                 workflow=workflow,
                 body={"key": key, "attributes": data} if key else {"attributes": data},
                 info=event_info,
+                sync=False,
             )
             # An idempotent start (the key exists) answers with that instance: receipted too.
             outcome.matched, outcome.instances = 1, [str(started.instance.id)]
@@ -194,7 +196,7 @@ def _receipt_taken(receipt: str, delivery: Delivery, action: str, workflow: str)
                 instance_id=None,
                 status=JobStatus.SUCCEEDED,
                 dedupe_key=hashlib.sha256(receipt.encode()).hexdigest(),
-                payload={"eventId": delivery.event_id, "action": action, "workflow": workflow},
+                payload=EventReceipt(delivery.event_id, action, workflow).to_json(),
             )
     except IntegrityError:
         return False
@@ -230,14 +232,14 @@ def _transition_accept(
     except VNextError as refused:
         if refused.code != Codes.INSTANCE_BUSY.code:
             return False
-    payload: dict[str, Any] = {
-        "eventId": event_id,
-        "domain": domain,
-        "workflow": workflow,
-        "transition": transition_key,
-        "attributes": data,
-        "actor": info.actor,
-    }
+    payload = EventTransitionJob(
+        event_id=event_id,
+        domain=domain,
+        workflow=workflow,
+        transition=transition_key,
+        attributes=data,
+        actor=info.actor,
+    ).to_json()
     pinned = engine().components.workflow(domain, workflow, version)
     if pinned is not None and protection_of(pinned, engine().components) is not None:
         payload = seal_request(payload, instance_id=instance_id)  # as transition jobs are
@@ -282,16 +284,16 @@ def event_transition_admit(job: Job) -> EventAdmission:
     instance_id = job.instance_id
     if instance_id is None:
         return EventAdmission(REFUSED, "the job names no instance")
-    payload = open_request(job.payload, instance_id=instance_id)
+    waiting = EventTransitionJob.from_json(open_request(job.payload, instance_id=instance_id))
     try:
         with transaction.atomic():
             instance_transition_accept(
-                domain=str(payload["domain"]),
-                workflow=str(payload["workflow"]),
+                domain=waiting.domain,
+                workflow=waiting.workflow,
                 ref=str(instance_id),
-                transition_key=str(payload["transition"]),
-                body={"attributes": payload.get("attributes") or {}},
-                info=RequestInfo(actor=str(payload.get("actor") or "event"), headers={}, query={}),
+                transition_key=waiting.transition,
+                body={"attributes": waiting.attributes},
+                info=RequestInfo(actor=waiting.actor or "event", headers={}, query={}),
                 trigger=Trigger.EVENT,
             )
             marked = Job.objects.filter(
@@ -302,7 +304,7 @@ def event_transition_admit(job: Job) -> EventAdmission:
     except _ClaimLost:
         return EventAdmission(LOST, "another claim holds this job now")
     except VNextError as refused:
-        event = f"event {payload.get('eventId')!r}"
+        event = f"event {waiting.event_id!r}"
         if refused.code == Codes.INSTANCE_BUSY.code:
             return EventAdmission(
                 WAITING, f"{event} waits: {refused.detail}", _wait_seconds(instance_id)

@@ -55,10 +55,11 @@ from instances.events import REFUSED as EVENT_REFUSED
 from instances.events import WAITING as EVENT_WAITING
 from instances.events import event_job_admitted, event_transition_admit
 from instances.field_encryption import open_request
+from instances.job_payloads import BoundaryRetryJob, RetryJob, TransitionJob, transition_job_of
 from instances.models import Correlation, InstanceTransition, Job
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
-from instances.orm_store import FaultToRetry, OrmStore, stored_data
+from instances.orm_store import OrmStore, stored_data
 from instances.queue import (
     LaneTimeout,
     backoff,
@@ -73,20 +74,22 @@ from instances.queue import (
     lane_take,
     max_attempts,
 )
+from instances.run_requests import (
+    boundary_retry_request,
+    long_poll_continue_request,
+    retry_request,
+    transition_request,
+)
 from instances.selectors import state_function, with_state_etag
 from instances.services import (
     InstanceOutcome,
     RequestInfo,
-    boundary_retry_request,
     instance_snapshot,
     instance_start,
-    instance_start_accept,
     instance_subprocess_start,
     instance_transition,
     instance_transition_accept,
     is_update_data,
-    long_poll_continue_request,
-    retry_request,
 )
 from instances.status import (
     CorrelationStatus,
@@ -394,10 +397,11 @@ def _handle_transition(job: Job) -> None:
     loaded = _load(job)
     instance, definition = loaded.instance, loaded.definition
     # A workflow that encrypts fields at rest keeps the request sealed in the job row.
-    payload = open_request(job.payload, instance_id=job.instance_id)
-    lock_free = bool(payload.get("lockFree"))
+    payload = transition_job_of(open_request(job.payload, instance_id=job.instance_id))
+    call = payload if isinstance(payload, TransitionJob) else None
+    lock_free = call is not None and call.lock_free
     # A waiting parent's own transition takes the correlation's Busy over when it runs.
-    waiting_parent = bool(payload.get("waitingParent"))
+    waiting_parent = call is not None and call.waiting_parent
     if not lock_free and not waiting_parent and not _take_reservation(job):
         if _applied_by_earlier_claim(job):
             # A worker died between the run's last commit and recording the job: it is done.
@@ -406,36 +410,25 @@ def _handle_transition(job: Job) -> None:
             f"instance {job.instance_id} is no longer reserved for this job "
             f"(status {instance.status})"
         )
-    if isinstance(payload.get("retry"), dict):
+    if isinstance(payload, RetryJob):
         _run_retry(job, loaded)
         return
-    if isinstance(payload.get("boundaryRetry"), dict):
+    if isinstance(payload, BoundaryRetryJob):
         _run_boundary_retry(job, loaded)
         return
-    key = payload["transition"]
-    is_start = bool(payload.get("start"))
+    assert call is not None
     transition: TransitionDef | None
-    if is_start:
+    if call.start:
         transition = definition.start
     else:
-        transition = definition.transition_for(payload.get("fromState") or "", key)
+        transition = definition.transition_for(call.from_state or "", call.transition)
     if transition is None:
         raise VNextError(
-            Codes.TRANSITION_NOT_FOUND, f"transition {key!r} vanished from the definition"
+            Codes.TRANSITION_NOT_FOUND,
+            f"transition {call.transition!r} vanished from the definition",
         )
     row_seed = job_row_seed(job.pk)
-    request = TransitionRequest(
-        transition=transition,
-        trigger=Trigger.EVENT if payload.get("trigger") == Trigger.EVENT else Trigger.MANUAL,
-        attributes=payload.get("attributes"),
-        body=payload.get("body"),
-        headers=payload.get("headers") or {},
-        query=payload.get("query") or {},
-        actor=payload.get("actor") or "",
-        stage=payload.get("stage") or "",
-        row_seed=row_seed,
-        attempt=job.attempts,
-    )
+    request = transition_request(transition, call, row_seed=row_seed, attempt=job.attempts)
     _resume_if_partially_committed(request, instance, row_seed)
     if waiting_parent:
         if _applied_by_earlier_claim(job):
@@ -682,13 +675,13 @@ def _settled_elsewhere(job_id: int) -> bool:
 
 def _run_retry(job: Job, loaded: _Loaded) -> None:
     # An operator's async retry: the same request as a sync one, resumable like any job.
-    payload = job.payload
+    payload = RetryJob.from_json(job.payload)
     request = retry_request(
         loaded.definition,
-        FaultToRetry(**payload["retry"]),
-        actor=payload.get("actor") or "",
-        headers=payload.get("headers") or {},
-        query=payload.get("query") or {},
+        payload.fault,
+        actor=payload.actor,
+        headers=payload.headers,
+        query=payload.query,
         instance_id=loaded.instance.id,
     )
     request.row_seed = job_row_seed(job.pk)
@@ -699,7 +692,7 @@ def _run_retry(job: Job, loaded: _Loaded) -> None:
 
 def _run_boundary_retry(job: Job, loaded: _Loaded) -> None:
     # An error boundary's retry of a failed task: the hop continues at that task, Busy all along.
-    request = boundary_retry_request(loaded.definition, job.payload)
+    request = boundary_retry_request(loaded.definition, BoundaryRetryJob.from_json(job.payload))
     request.attempt = job.attempts
     _execute(job, loaded, request, reserved=True)
 
@@ -1124,8 +1117,9 @@ class ServiceInstanceWriter:
                     parent_id=parent.instance_id,
                     parent_state=parent.state,
                 )
-            start = instance_start if sync else instance_start_accept
-            return start(domain=domain, workflow=flow, body=request, info=info, version=version)
+            return instance_start(
+                domain=domain, workflow=flow, body=request, info=info, version=version, sync=sync
+            )
 
         answer = _answer_of(run)
         if isinstance(answer, InstanceAnswer):

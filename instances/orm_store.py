@@ -20,7 +20,6 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +56,7 @@ from instances.field_encryption import (
     sealed_writes,
 )
 from instances.filters import parse_filter, parse_sort
+from instances.job_payloads import FaultToRetry, SubflowEndJob, SubflowResumeJob
 from instances.models import (
     Correlation,
     Incident,
@@ -160,17 +160,6 @@ def stored_data(snapshot: InstanceSnapshot) -> Any:
     if protection is None:
         return snapshot.data
     return protection.stored(snapshot.data, snapshot.sealed)
-
-
-@dataclass(frozen=True)
-class FaultToRetry:
-    """The faulted transition a retry re-runs and the step it resumes at (empty: from the
-    start)."""
-
-    transition_key: str
-    from_state: str
-    trigger: int
-    step: str
 
 
 class _GuardFailed(Exception):
@@ -602,11 +591,9 @@ def _close_parent_correlation(child_id: uuid.UUID, correlation_id: int, status: 
         job_enqueue(
             kind=JobKind.SUBFLOW_RESUME,
             instance_id=parent_id,
-            payload={
-                "child": str(child_id),
-                "correlation": correlation_id,
-                "origin": str(child_id),
-            },
+            payload=SubflowResumeJob(
+                child=str(child_id), correlation=correlation_id, origin=str(child_id)
+            ).to_json(),
         )
 
 
@@ -623,11 +610,11 @@ def _end_children(parent_id: uuid.UUID, end: ChildrenEnd) -> None:
             job_enqueue(
                 kind=JobKind.SUBFLOW_END,
                 instance_id=child_id,
-                payload={
-                    "transitionKind": end.transition_kind,
-                    "correlation": correlation_id,
-                    "origin": str(parent_id),
-                },
+                payload=SubflowEndJob(
+                    transition_kind=end.transition_kind,
+                    correlation=correlation_id,
+                    origin=str(parent_id),
+                ).to_json(),
             )
 
 
@@ -1246,3 +1233,33 @@ def sealed_paths(domain: str, workflow: str) -> frozenset[tuple[str, ...]]:
         if protection is not None:
             found |= protection.paths
     return frozenset(found)
+
+
+def subprocess_correlation_create(
+    *, parent_id: uuid.UUID, parent_state: str, child_id: uuid.UUID
+) -> None:
+    """Link a just-started SubProcess child to its parent: the `P` correlation and the child's
+    `parent_correlation` (in the caller's transaction, with the child's start)."""
+    correlation = Correlation.objects.create(
+        parent_id=parent_id,
+        parent_state=parent_state,
+        child_id=child_id,
+        type=Correlation.Type.SUBPROCESS,
+    )
+    Instance.objects.filter(pk=child_id).update(parent_correlation=correlation)
+
+
+def ended_subflow_child_get(*, parent_id: uuid.UUID, state: str) -> InstanceSnapshot | None:
+    """The SubFlow child of `parent_id` that most recently ended in the parent's `state`, or
+    None (a retried resume runs again with its data)."""
+    correlation = (
+        Correlation.objects.filter(
+            parent_id=parent_id, parent_state=state, type=Correlation.Type.SUBFLOW
+        )
+        .exclude(status=CorrelationStatus.ACTIVE)
+        .order_by("-completed_at", "-pk")
+        .first()
+    )
+    if correlation is None or correlation.child_id is None:
+        return None
+    return OrmStore().load(correlation.child_id)

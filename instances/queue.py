@@ -621,3 +621,15 @@ def _job_sql_for(vendor: str) -> PortableJobSql:
 def job_sql() -> PortableJobSql:
     """The job-row SQL dialect of the default database, chosen once per vendor."""
     return _job_sql_for(connection.vendor)
+
+
+def long_poll_fallback_cancel(*, instance_id: uuid.UUID, token: str) -> int:
+    """Cancel the pending fallback job of the long-poll pause `token` (its acknowledgement came
+    first). Guarded by `pending`: a fallback already claimed runs and finds the pause gone.
+    Returns how many rows changed."""
+    return Job.objects.filter(
+        instance_id=instance_id,
+        kind=JobKind.LONG_POLL_FALLBACK,
+        status=JobStatus.PENDING,
+        payload__token=token,
+    ).update(status=JobStatus.CANCELLED, updated_at=timezone.now())

@@ -1,5 +1,6 @@
-"""Instance writes: start an instance, run a transition. Views, tasks and commands call these;
-these call the engine with the ORM store."""
+"""Instance writes: start an instance (now or as a job), run or accept a transition, retry a
+Faulted instance, the subflow relay, the long-poll acknowledgement, a SubProcess start. Views,
+jobs, events and the operators' actions call these; these call the engine with the ORM store."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import transaction
@@ -15,8 +16,6 @@ from django.utils import timezone
 
 from instances.archive import archived_instance
 from instances.engine.definition import (
-    LONG_POLL_ACK_KEY,
-    SUBFLOW_RESUME_KEY,
     TransitionDef,
     TransitionKind,
     WorkflowDefinition,
@@ -26,21 +25,17 @@ from instances.engine.errors import Codes, ErrorCode, VNextError
 from instances.engine.outcomes import (
     BUSY_EXEMPT,
     ForwardToSubflow,
-    PipelineFault,
-    PipelineSuperseded,
 )
 from instances.engine.overrides import NO_OVERRIDES
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution, TaskResume, TransitionRequest
+from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution
 from instances.engine.ports import BusinessKeyTaken
-from instances.engine.profiles import Order
 from instances.engine.records import (
     LONG_POLL_OWNER_PREFIX,
     Guard,
     GuardKind,
     InstanceSnapshot,
     PendingWrites,
-    new_etag,
     waiting_child,
 )
 from instances.engine.roles import INSTANCE_STARTER, Caller, allowed
@@ -48,14 +43,12 @@ from instances.engine.script_runner import script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.subflows import forward_target
 from instances.field_encryption import protection_of, seal_request
-from instances.models import Correlation, Incident, Instance, Job, OperatorAction
-from instances.orm_store import (
-    FaultToRetry,
-    OrmStore,
-    snapshot_of,
-)
-from instances.queue import job_enqueue, lane_ticket
-from instances.status import CorrelationStatus, InstanceStatus, JobKind, JobStatus, Trigger
+from instances.job_payloads import RetryJob, TransitionJob
+from instances.models import Correlation
+from instances.orm_store import OrmStore, subprocess_correlation_create
+from instances.queue import job_enqueue, lane_ticket, long_poll_fallback_cancel
+from instances.run_requests import long_poll_continue_request, retry_request, transition_request
+from instances.status import InstanceStatus, JobKind, Trigger
 from instances.wiring import engine
 from vnext.conf import header_deny_list
 
@@ -141,8 +134,12 @@ def instance_start(
     body: Any,
     info: RequestInfo,
     version: str | None = None,
+    sync: bool = True,
 ) -> InstanceOutcome:
-    """Start an instance; with a business key a live instance already has, return that one."""
+    """Start an instance; with a business key a live instance already has, return that one.
+
+    `sync=False` (`?sync=false`): validate, then in one transaction insert the instance (Busy,
+    reserved for its job) and the job that runs the start pipeline; answer right away."""
     definition = workflow_definition(domain, workflow, version)
     _check_transition_roles(definition, definition.start, "", None, info)
     payload = _checked_payload(definition, definition.start, body, info)
@@ -150,24 +147,31 @@ def instance_start(
         existing = _store.live_by_key(domain, workflow, payload.key)
         if existing is not None:
             return InstanceOutcome(existing, created=False)
-    now = timezone.now()
+    initial = definition.initial_state.key
     snapshot = InstanceSnapshot(
         id=uuid.uuid4(),
         domain=domain,
         workflow_key=definition.key,
         workflow_version=definition.version,
-        current_state=definition.initial_state.key,
-        effective_state=definition.initial_state.key,
+        current_state=initial,
+        effective_state=initial,
         key=payload.key,
         tags=payload.tags,
         stage=payload.stage,
         created_by=info.actor,
         modified_by=info.actor,
-        created_at=now,
+        created_at=timezone.now(),
     )
-    request = _request(definition.start, payload, body, info)
+    call = _call(definition.start, payload, body, info)
     try:
-        execution = engine().execute(definition, snapshot, request, is_new=True)
+        if not sync:
+            reservation = f"res:{uuid.uuid4().hex}"
+            job = replace(call, start=True, reservation=reservation)
+            created = _store.create_reserved(snapshot, reservation, _job_json(definition, job))
+            return InstanceOutcome(created, created=True)
+        execution = engine().execute(
+            definition, snapshot, transition_request(definition.start, call), is_new=True
+        )
     except BusinessKeyTaken:
         existing = _store.live_by_key(domain, workflow, str(payload.key))
         if existing is None:
@@ -191,15 +195,24 @@ def transition_runs_sync(
     from, for the run to start from. A transition forwarded to an active subflow follows the
     addressed instance's workflow."""
     addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    definition, transition = _named_transition(addressed, transition_key)
+    if definition is None:
+        return requested, addressed
+    return definition.runs_sync(transition, requested), addressed
+
+
+def _named_transition(
+    addressed: InstanceSnapshot, key: str
+) -> tuple[WorkflowDefinition | None, TransitionDef | None]:
+    # The instance's pinned definition (None: no longer published) and the transition `key`
+    # names there: in its current state, else anywhere in the workflow.
     definition = engine().components.workflow(
         addressed.domain, addressed.workflow_key, addressed.workflow_version
     )
     if definition is None:
-        return requested, addressed
-    transition = definition.transition_for(
-        addressed.current_state, transition_key
-    ) or definition.find_any(transition_key)
-    return definition.runs_sync(transition, requested), addressed
+        return None, None
+    found = definition.transition_for(addressed.current_state, key) or definition.find_any(key)
+    return definition, found
 
 
 def instance_transition(
@@ -222,7 +235,7 @@ def instance_transition(
         instance, definition, transition, payload = _admissible(
             addressed, transition_key, body, info
         )
-        request = _request(transition, payload, body, info)
+        request = transition_request(transition, _call(transition, payload, body, info))
         try:
             execution = engine().execute(definition, instance, request, defer_chain=defer_chain)
         except ForwardToSubflow:
@@ -274,15 +287,15 @@ def instance_retry(
     with transaction.atomic():
         taken = _store.flush(instance, writes, Guard(GuardKind.FAULTED))
         if taken is not None and not sync and fault is not None:
-            payload = {
-                "retry": asdict(fault),
-                "transition": request.transition.key,
-                "reservation": owner,
-                "actor": info.actor,
-                "headers": headers,
-                "query": request.query,
-            }
-            job_enqueue(kind=JobKind.TRANSITION, instance_id=instance.id, payload=payload)
+            job = RetryJob(
+                fault=fault,
+                transition=request.transition.key,
+                reservation=owner,
+                actor=info.actor,
+                headers=headers,
+                query=request.query,
+            )
+            job_enqueue(kind=JobKind.TRANSITION, instance_id=instance.id, payload=job.to_json())
     if taken is None:
         raise VNextError(
             Codes.INSTANCE_BUSY,
@@ -295,109 +308,6 @@ def instance_retry(
     return InstanceOutcome(execution.instance, created=False, execution=execution)
 
 
-def retry_request(
-    definition: WorkflowDefinition,
-    fault: FaultToRetry | None,
-    *,
-    actor: str,
-    headers: dict[str, str],
-    query: dict[str, Any],
-    instance_id: uuid.UUID | None = None,
-) -> TransitionRequest:
-    """The request that re-runs `fault`'s transition from its failed step (a sync retry, or the
-    job of an async one) on instance `instance_id`."""
-    transition = _faulted_transition(definition, fault) if fault else None
-    if fault is None or transition is None:
-        raise VNextError(
-            Codes.INSTANCE_FAULTED,
-            "no faulted transition of this instance can be run again; cancel it instead",
-        )
-    step = Order[fault.step] if fault.step in Order.__members__ else None
-    request = TransitionRequest(
-        transition=transition,
-        trigger=Trigger.of(fault.trigger),
-        headers=headers,
-        query=query,
-        actor=actor,
-        resume_at=step if step is not None and step > Order.CREATE_TRANSITION else None,
-        resume_from_state=fault.from_state or None,
-        resolves_incidents="retried",
-    )
-    if transition.kind == TransitionKind.SUBFLOW_RESUME and instance_id is not None:
-        # A resume that faulted (its output handler, say) runs again with the child's data.
-        request.subflow_result = _ended_child_data(instance_id, fault.from_state)
-        request.resume_at = Order.CLEAR_BUSY_ON_RESUME
-    return request
-
-
-def _ended_child_data(parent_id: uuid.UUID, state: str) -> dict[str, Any]:
-    correlation = (
-        Correlation.objects.filter(
-            parent_id=parent_id, parent_state=state, type=Correlation.Type.SUBFLOW
-        )
-        .exclude(status=CorrelationStatus.ACTIVE)
-        .order_by("-completed_at", "-pk")
-        .first()
-    )
-    child = _store.load(correlation.child_id) if correlation and correlation.child_id else None
-    return dict(child.data) if child is not None else {}
-
-
-def boundary_retry_request(
-    definition: WorkflowDefinition, payload: dict[str, Any]
-) -> TransitionRequest:
-    """The request of an error-boundary retry job: the hop it continues, re-entered at the task
-    that failed (`payload["boundaryRetry"]`, written by the engine when it scheduled it)."""
-    retry = payload["boundaryRetry"]
-    fault = FaultToRetry(
-        transition_key=str(retry["transition"]),
-        from_state=str(retry.get("fromState") or ""),
-        trigger=int(retry.get("trigger") or 0),
-        step=str(retry.get("step") or ""),
-    )
-    transition = _faulted_transition(definition, fault)
-    if transition is None or fault.step not in Order.__members__:
-        raise VNextError(
-            Codes.TRANSITION_NOT_FOUND,
-            f"transition {fault.transition_key!r} of an error-boundary retry vanished",
-        )
-    return TransitionRequest(
-        transition=transition,
-        trigger=Trigger.of(fault.trigger),
-        headers=payload.get("headers") or {},
-        query=payload.get("query") or {},
-        actor=payload.get("actor") or "",
-        resume_at=Order[fault.step],
-        resume_from_state=fault.from_state or None,
-        resume_tasks=TaskResume(
-            phase=str(retry["phase"]),
-            order=int(retry["order"]),
-            keys=tuple(str(key) for key in retry.get("tasks") or []),
-        ),
-        boundary_retries=int(retry["retry"]),
-        resume_row=uuid.UUID(str(retry["rowId"])),
-        resolves_incidents=str(retry.get("resolvesIncidents") or ""),
-    )
-
-
-def _faulted_transition(
-    definition: WorkflowDefinition, fault: FaultToRetry
-) -> TransitionDef | None:
-    if fault.transition_key == definition.start.key and not fault.from_state:
-        return definition.start
-    found = definition.transition_for(fault.from_state, fault.transition_key)
-    if found is not None:
-        return found
-    if fault.transition_key == SUBFLOW_RESUME_KEY:
-        return definition.subflow_resume(fault.from_state)
-    if fault.transition_key == LONG_POLL_ACK_KEY:
-        return definition.long_poll_ack(fault.from_state)
-    specials = [*definition.specials(), definition.timeout]
-    special = next((t for t in specials if t is not None and t.key == fault.transition_key), None)
-    # An error boundary's rollback/notify transition runs even where it is not available.
-    return special or definition.find_any(fault.transition_key)
-
-
 def _correction(body: Any) -> dict[str, Any]:
     # `{"attributes": {...}}` or the attributes themselves; nothing else is data.
     if isinstance(body, dict) and isinstance(body.get("attributes"), dict):
@@ -407,77 +317,14 @@ def _correction(body: Any) -> dict[str, Any]:
     raise VNextError(Codes.APP_INVALID_REQUEST, "the correction must be a JSON object")
 
 
-def _job_payload(
-    definition: WorkflowDefinition,
-    transition: TransitionDef,
-    payload: Payload,
-    body: Any,
-    info: RequestInfo,
-    **extra: Any,
-) -> dict[str, Any]:
-    headers = header_deny_list().strip(info.headers)
-    built = {
-        "transition": transition.key,
-        "attributes": payload.attributes,
-        "body": body,
-        "headers": headers,
-        "query": dict(info.query or {}),
-        "actor": info.actor,
-        "stage": payload.stage,
-        **extra,
-    }
+def _job_json(definition: WorkflowDefinition, job: TransitionJob) -> dict[str, Any]:
+    # The accepted request as its job row holds it.
+    built = job.to_json()
     if protection_of(definition, engine().components) is not None:
         # The workflow encrypts fields at rest: the request may carry them, so the job row
         # holds it sealed (the job handler opens it).
         return seal_request(built)
     return built
-
-
-def instance_start_accept(
-    *,
-    domain: str,
-    workflow: str,
-    body: Any,
-    info: RequestInfo,
-    version: str | None = None,
-) -> InstanceOutcome:
-    """`sync=false` start: validate, then in one transaction insert the instance (Busy, reserved
-    for its job) and the job that runs the start pipeline; answer right away."""
-    definition = workflow_definition(domain, workflow, version)
-    _check_transition_roles(definition, definition.start, "", None, info)
-    payload = _checked_payload(definition, definition.start, body, info)
-    if payload.key:
-        existing = _store.live_by_key(domain, workflow, payload.key)
-        if existing is not None:
-            return InstanceOutcome(existing, created=False)
-    reservation = f"res:{uuid.uuid4().hex}"
-    initial = definition.initial_state.key
-    snapshot = InstanceSnapshot(
-        id=uuid.uuid4(),
-        domain=domain,
-        workflow_key=definition.key,
-        workflow_version=definition.version,
-        key=payload.key,
-        current_state=initial,
-        effective_state=initial,
-        etag=new_etag(),
-        entity_etag=new_etag(),
-        tags=payload.tags,
-        stage=payload.stage,
-        created_by=info.actor,
-        modified_by=info.actor,
-    )
-    job_payload = _job_payload(
-        definition, definition.start, payload, body, info, start=True, reservation=reservation
-    )
-    try:
-        created = _store.create_reserved(snapshot, reservation, job_payload)
-    except BusinessKeyTaken:
-        existing = _store.live_by_key(domain, workflow, str(payload.key))
-        if existing is None:
-            raise
-        return InstanceOutcome(existing, created=False)
-    return InstanceOutcome(created, created=True)
 
 
 def instance_relay(
@@ -515,7 +362,7 @@ def instance_relay(
             "the instance is not reserved for this claim",
             instance_id=str(instance.id),
         )
-    request = _request(transition, payload, body, info)
+    request = transition_request(transition, _call(transition, payload, body, info))
     execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
     return InstanceOutcome(execution.instance, created=False, execution=execution)
 
@@ -547,12 +394,9 @@ def instance_long_poll_ack(
     taken = _store.hand_over(instance.id, paused_by, owner)
     if taken is None:
         raise refused
-    Job.objects.filter(
-        instance_id=instance.id,
-        kind=JobKind.LONG_POLL_FALLBACK,
-        status=JobStatus.PENDING,
-        payload__token=paused_by.removeprefix(LONG_POLL_OWNER_PREFIX),
-    ).update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+    long_poll_fallback_cancel(
+        instance_id=instance.id, token=paused_by.removeprefix(LONG_POLL_OWNER_PREFIX)
+    )
     request = long_poll_continue_request(definition, taken.current_state, actor=info.actor)
     execution = engine().execute(definition, taken, request, owner=owner, reserved=True)
     return InstanceOutcome(execution.instance, created=False, execution=execution)
@@ -568,20 +412,6 @@ def may_acknowledge(
     return long_poll is None or roles is None or allowed(long_poll.get("roles"), roles)
 
 
-def long_poll_continue_request(
-    definition: WorkflowDefinition, state: str, *, actor: str
-) -> TransitionRequest:
-    """The request that continues a run paused at step 75 in `state` (an ack, or the
-    fallback job)."""
-    return TransitionRequest(
-        transition=definition.long_poll_ack(state),
-        trigger=Trigger.AUTOMATIC,
-        actor=actor,
-        resume_at=Order.CLEAR_BUSY_ON_RESUME,
-        resume_from_state=state,
-    )
-
-
 def instance_subprocess_start(
     *,
     domain: str,
@@ -595,17 +425,13 @@ def instance_subprocess_start(
     """Start a SubProcess (type P) child of `parent_id`, fire-and-forget: the child row, its
     start job and the `P` correlation in one transaction; the parent does not wait for it."""
     with transaction.atomic():
-        outcome = instance_start_accept(
-            domain=domain, workflow=workflow, body=body, info=info, version=version
+        outcome = instance_start(
+            domain=domain, workflow=workflow, body=body, info=info, version=version, sync=False
         )
         if outcome.created:
-            correlation = Correlation.objects.create(
-                parent_id=parent_id,
-                parent_state=parent_state,
-                child_id=outcome.instance.id,
-                type=Correlation.Type.SUBPROCESS,
+            subprocess_correlation_create(
+                parent_id=parent_id, parent_state=parent_state, child_id=outcome.instance.id
             )
-            Instance.objects.filter(pk=outcome.instance.id).update(parent_correlation=correlation)
     return outcome
 
 
@@ -629,41 +455,38 @@ def instance_transition_accept(
     instance, definition, transition, payload = _admissible(
         addressed, transition_key, body, info, trigger=trigger
     )
-    reservation = f"res:{uuid.uuid4().hex}"
-    job_payload = _job_payload(
-        definition,
-        transition,
-        payload,
-        body,
-        info,
-        fromState=instance.current_state,
-        reservation=reservation,
-    )
-    if trigger == Trigger.EVENT:
-        job_payload["trigger"] = int(Trigger.EVENT)
     forwarded = instance.id != addressed.id
-    if forwarded:
+    job = replace(
+        _call(transition, payload, body, info),
+        from_state=instance.current_state,
+        reservation=f"res:{uuid.uuid4().hex}",
+        trigger=int(Trigger.EVENT) if trigger == Trigger.EVENT else None,
         # Chain reserve (seed 000): the ancestors are Busy for their correlations already; the
         # leaf is reserved for this job before the 202, and the job claims exactly that.
-        job_payload["chainReserved"] = str(addressed.id)
+        chain_reserved=str(addressed.id) if forwarded else None,
+    )
     if transition.is_update_data:
         # No lock, no duplicate guard: a ticket in the instance's write lane (seed 000).
-        job_payload["lockFree"] = True
+        ticket = replace(job, lock_free=True)
         with transaction.atomic():
-            lane_ticket(instance_id=instance.id, payload=job_payload)
+            lane_ticket(instance_id=instance.id, payload=_job_json(definition, ticket))
         return InstanceOutcome(instance, created=False)
     if not forwarded and transition.kind not in BUSY_EXEMPT and waiting_child(instance):
         # The parent's own `$self` shared transition while its SubFlow child runs: a job runs
         # it under the Busy the correlation holds and hands it back, as the sync path does.
-        del job_payload["reservation"]
-        job_payload["waitingParent"] = True
+        waiting = replace(job, reservation=None, waiting_parent=True)
         with transaction.atomic():
-            job_enqueue(kind=JobKind.TRANSITION, instance_id=instance.id, payload=job_payload)
+            job_enqueue(
+                kind=JobKind.TRANSITION,
+                instance_id=instance.id,
+                payload=_job_json(definition, waiting),
+            )
         return InstanceOutcome(instance, created=False)
     statuses: list[str] = [InstanceStatus.ACTIVE]
     if transition.kind in BUSY_EXEMPT:
         statuses += [InstanceStatus.BUSY, InstanceStatus.FAULTED]
-    if not _store.reserve_with_job(instance.id, statuses, reservation, job_payload):
+    reservation = str(job.reservation)
+    if not _store.reserve_with_job(instance.id, statuses, reservation, _job_json(definition, job)):
         current = _store.status_of(instance.id)
         refusals: dict[str, ErrorCode] = {
             InstanceStatus.FAULTED: Codes.INSTANCE_FAULTED,
@@ -683,14 +506,7 @@ def instance_transition_accept(
 
 def is_update_data(addressed: InstanceSnapshot, transition_key: str) -> bool:
     """Whether `transition_key` names the updateData transition of the instance's workflow."""
-    definition = engine().components.workflow(
-        addressed.domain, addressed.workflow_key, addressed.workflow_version
-    )
-    if definition is None:
-        return False
-    transition = definition.transition_for(
-        addressed.current_state, transition_key
-    ) or definition.find_any(transition_key)
+    transition = _named_transition(addressed, transition_key)[1]
     return transition is not None and transition.is_update_data
 
 
@@ -810,15 +626,15 @@ def _client_transition(
     return transition
 
 
-def _request(
+def _call(
     transition: TransitionDef, payload: Payload, body: Any, info: RequestInfo
-) -> TransitionRequest:
-    return TransitionRequest(
-        transition=transition,
-        trigger=Trigger.MANUAL,
+) -> TransitionJob:
+    # What a client's start or transition carries, for a run now or for its job: scripts see
+    # the caller's headers but never its credentials (which jobs never store either).
+    return TransitionJob(
+        transition=transition.key,
         attributes=payload.attributes,
         body=body,
-        # Scripts see the caller's headers but never its credentials (as jobs never store them).
         headers=header_deny_list().strip(info.headers),
         query=dict(info.query or {}),
         actor=info.actor,
@@ -853,197 +669,6 @@ def instance_snapshot(*, domain: str, workflow: str, ref: str) -> InstanceSnapsh
             Codes.INSTANCE_NOT_FOUND, f"workflow {domain}/{workflow} has no instance {ref!r}"
         )
     return found
-
-
-# --- Operators' tools: the admin actions and `instances_retry` call these, nothing else ---------
-
-RETRIED, FAULTED_AGAIN, REFUSED, SKIPPED = "retried", "faulted again", "refused", "skipped"
-CANCELLED, RESOLVED = "cancelled", "resolved"
-RESOLVED_BY_OPERATOR = "resolved by operator"
-
-
-@dataclass(frozen=True)
-class RetryPlan:
-    """What a retry of `instance` would do: the transition and step it re-runs (None: nothing
-    to re-run) and the open incident it resolves (None: no open one)."""
-
-    instance: Instance
-    fault: FaultToRetry | None
-    incident: Incident | None
-
-    @property
-    def faulted(self) -> bool:
-        """Only a Faulted instance is retried; the others are skipped."""
-        return self.instance.status == InstanceStatus.FAULTED
-
-    @property
-    def reruns(self) -> str:
-        """`transition (from state) from STEP`, for confirmation pages and --dry-run."""
-        if self.fault is None:
-            return "nothing to re-run"
-        origin = f" from state {self.fault.from_state}" if self.fault.from_state else ""
-        return f"{self.fault.transition_key}{origin} at step {self.fault.step or 'the start'}"
-
-
-@dataclass(frozen=True)
-class OperatorResult:
-    """How one operator action on one instance ended: `retried`, `faulted again`, `refused`,
-    `skipped`, `cancelled` or `resolved`; `detail` says the new status, the code or why."""
-
-    instance_id: uuid.UUID
-    outcome: str
-    detail: str = ""
-
-    @property
-    def failed(self) -> bool:
-        """Faulted again or refused (a skipped instance was never meant to run)."""
-        return self.outcome in (FAULTED_AGAIN, REFUSED)
-
-    def __str__(self) -> str:
-        return f"{self.instance_id}: {self.outcome}" + (f" ({self.detail})" if self.detail else "")
-
-
-def operator_action_record(
-    *,
-    actor: str,
-    action: str,
-    instance_id: uuid.UUID | None,
-    target: str = "",
-    outcome: str = "",
-) -> OperatorAction:
-    """One audit row for an operator's action; an instance that does not exist (any more) is
-    recorded by the target text only."""
-    if instance_id is not None and not Instance.objects.filter(pk=instance_id).exists():
-        target = f"{target} (instance {instance_id})".strip()
-        instance_id = None
-    return OperatorAction.objects.create(
-        actor=actor,
-        action=action,
-        instance_id=instance_id,
-        target=target[:200],
-        outcome=outcome,
-    )
-
-
-def retry_plan(*, instance: Instance) -> RetryPlan:
-    """What `operator_retry` would re-run for `instance` (read-only)."""
-    fault = None
-    if instance.status == InstanceStatus.FAULTED:
-        fault = _store.fault_to_retry(snapshot_of(instance))
-    incident = (
-        Incident.objects.filter(instance_id=instance.id, resolved=False)
-        .order_by("-created_at")
-        .first()
-    )
-    return RetryPlan(instance, fault, incident)
-
-
-def operator_retry(*, instance: Instance, actor: str) -> OperatorResult:
-    """Retry one instance for an operator through `instance_retry` (no correction), and audit
-    it: retried (the new status), faulted again (the code), refused (why); an instance that is
-    not faulted is skipped and not audited."""
-    if instance.status != InstanceStatus.FAULTED:
-        return OperatorResult(instance.id, SKIPPED, "not faulted")
-    plan = retry_plan(instance=instance)
-    try:
-        outcome = instance_retry(
-            domain=instance.domain,
-            workflow=instance.workflow_key,
-            ref=str(instance.id),
-            body={},
-            info=RequestInfo(actor=actor),
-        )
-        detail = f"status {outcome.instance.status}"
-        due = outcome.execution.awaiting_retry if outcome.execution else None
-        if due is not None:
-            # Its error boundary retries a task again later: a job runs it when due.
-            detail += f", error-boundary retry due {due:%Y-%m-%d %H:%M:%S} UTC"
-        result = OperatorResult(instance.id, RETRIED, detail)
-    except (PipelineFault, PipelineSuperseded, VNextError) as failure:
-        result = _failed(instance, failure)
-    return _audited(result, actor, OperatorAction.Action.RETRY, plan.reruns)
-
-
-def operator_cancel(*, instance: Instance, actor: str, reason: str) -> OperatorResult:
-    """Cancel one instance for an operator: its workflow's cancel transition with body
-    `{"reason": reason}` (which closes its open incidents); refused when the workflow defines
-    no cancel or the instance cannot take it. Audited with the reason."""
-    try:
-        definition = workflow_definition(
-            instance.domain, instance.workflow_key, instance.workflow_version
-        )
-        if definition.cancel is None:
-            raise VNextError(
-                Codes.TRANSITION_NOT_FOUND,
-                f"workflow {definition.key} defines no cancel transition",
-                instance_id=str(instance.id),
-            )
-        outcome = instance_transition(
-            domain=instance.domain,
-            workflow=instance.workflow_key,
-            ref=str(instance.id),
-            transition_key=definition.cancel.key,
-            body={"reason": reason},
-            info=RequestInfo(actor=actor),
-        )
-        result = OperatorResult(
-            instance.id,
-            CANCELLED,
-            f"status {outcome.instance.status}, state {outcome.instance.current_state}",
-        )
-    except (PipelineFault, PipelineSuperseded, VNextError) as failure:
-        result = _failed(instance, failure)
-    target = f"reason: {reason}" if reason else "no reason given"
-    return _audited(result, actor, OperatorAction.Action.CANCEL, target)
-
-
-def _failed(
-    instance: Instance, failure: PipelineFault | PipelineSuperseded | VNextError
-) -> OperatorResult:
-    # A run that faulted the instance again, one another run took over, or a request refused
-    # before anything ran.
-    if isinstance(failure, PipelineFault):
-        return OperatorResult(instance.id, FAULTED_AGAIN, failure.code)
-    if isinstance(failure, PipelineSuperseded):
-        return OperatorResult(instance.id, REFUSED, f"{failure.code}: {failure.message}")
-    return OperatorResult(instance.id, REFUSED, f"{failure.code}: {failure.detail}")
-
-
-def _audited(result: OperatorResult, actor: str, action: str, target: str) -> OperatorResult:
-    operator_action_record(
-        actor=actor,
-        action=action,
-        instance_id=result.instance_id,
-        target=target,
-        outcome=str(result.outcome) + (f" ({result.detail})" if result.detail else ""),
-    )
-    return result
-
-
-def incident_resolve(*, instance: Instance, actor: str) -> OperatorResult:
-    """An operator repaired the cause outside and closes the instance's open incidents without a
-    retry: resolution `resolved by operator`, who and when. The instance status does not change
-    (a Faulted one stays Faulted until retried or cancelled). Skipped when nothing is open;
-    audited otherwise."""
-    open_incidents = Incident.objects.filter(instance_id=instance.id, resolved=False)
-    codes = sorted(set(open_incidents.values_list("error_code", flat=True)))
-    count = open_incidents.update(
-        resolved=True,
-        resolved_at=timezone.now(),
-        resolution=RESOLVED_BY_OPERATOR,
-        resolved_by=actor,
-    )
-    if not count:
-        return OperatorResult(instance.id, SKIPPED, "no open incident")
-    result = OperatorResult(instance.id, RESOLVED, f"{count} incident(s); status unchanged")
-    operator_action_record(
-        actor=actor,
-        action=OperatorAction.Action.RESOLVE,
-        instance_id=instance.id,
-        target=", ".join(codes),
-        outcome=f"{result.outcome} ({result.detail})",
-    )
-    return result
 
 
 # --- output mapping (seed 001 "Output Mapping") ---------------------------------------------------

@@ -12,10 +12,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from instances.admin import PermittedActionsMixin
-from instances.models import OperatorAction
-from instances.services import operator_action_record
+from instances.operations import lock_force_release
 from locks.models import ResourceLock
-from locks.services import lock_force_release
 
 
 class ExpiredFilter(admin.SimpleListFilter):
@@ -65,13 +63,6 @@ class ResourceLockAdmin(PermittedActionsMixin, admin.ModelAdmin):
         count = 0
         for lock in queryset:
             lock_force_release(lock=lock, operator=operator)
-            operator_action_record(
-                actor=operator,
-                action=OperatorAction.Action.FORCE_RELEASE,
-                instance_id=lock.owner,
-                target=f"lock {lock.key}",
-                outcome="released",
-            )
             count += 1
         self.message_user(request, f"{count} lock(s) released", messages.SUCCESS)
 

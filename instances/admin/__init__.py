@@ -38,7 +38,7 @@ from instances.models import (
     Job,
     OperatorAction,
 )
-from instances.services import (
+from instances.operations import (
     OperatorResult,
     incident_resolve,
     operator_action_record,

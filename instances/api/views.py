@@ -103,7 +103,6 @@ from instances.services import (
     instance_retry,
     instance_snapshot,
     instance_start,
-    instance_start_accept,
     instance_transition_accept,
     output_answer,
     start_runs_sync,
@@ -494,15 +493,15 @@ class InstanceStartView(ApiView):
         definition's `executionType` decides when it sets one)."""
         version = request.query_params.get("version") or None
         sync = start_runs_sync(domain, workflow, version, _is_sync(request))
-        start = instance_start if sync else instance_start_accept
 
         def run() -> InstanceOutcome:
-            return start(
+            return instance_start(
                 domain=domain,
                 workflow=workflow,
                 body=request.data,
                 info=_info(request),
                 version=version,
+                sync=sync,
             )
 
         if sync:

@@ -61,6 +61,7 @@ from instances.engine.steps import STEPS, automatic_transition
 from instances.engine.task_types import TaskFailure
 from instances.engine.tasks import TaskOutcome, TaskRunner
 from instances.engine.telemetry import bound, span, timed_step, transition_done
+from instances.job_payloads import AutomaticJob, BoundaryRetry, BoundaryRetryJob
 from instances.status import InstanceStatus, JobKind, TransitionStatus, Trigger
 
 logger = logging.getLogger("vnext.pipeline")
@@ -516,7 +517,7 @@ class Execution:
                 kind=JobKind.AUTOMATIC,
                 run_at=self.engine.clock(),
                 state=state,
-                payload={"state": state, "after": picked.key},
+                payload=AutomaticJob(state=state, after=picked.key).to_json(),
             )
         )
         self.deferred_automatic = state
@@ -843,24 +844,24 @@ class Execution:
             JobRow(
                 kind=JobKind.TRANSITION,
                 run_at=due,
-                payload={
-                    "boundaryRetry": {
-                        "transition": hop.transition.key,
-                        "fromState": hop.source_state or "",
-                        "trigger": int(hop.request.trigger),
-                        "step": step.name,
-                        "phase": phase,
-                        "order": outcome.row.order,
-                        "tasks": [outcome.key],
-                        "retry": retry,
-                        "rowId": str(row.id),
-                        "resolvesIncidents": self.hops[0].request.resolves_incidents,
-                    },
-                    "reservation": self.owner,
-                    "actor": hop.request.actor,
-                    "headers": hop.request.headers,
-                    "query": hop.request.query,
-                },
+                payload=BoundaryRetryJob(
+                    boundary_retry=BoundaryRetry(
+                        transition=hop.transition.key,
+                        from_state=hop.source_state or "",
+                        trigger=int(hop.request.trigger),
+                        step=step.name,
+                        phase=phase,
+                        order=outcome.row.order,
+                        tasks=[outcome.key],
+                        retry=retry,
+                        row_id=str(row.id),
+                        resolves_incidents=self.hops[0].request.resolves_incidents,
+                    ),
+                    reservation=self.owner,
+                    actor=hop.request.actor,
+                    headers=hop.request.headers,
+                    query=hop.request.query,
+                ).to_json(),
             )
         )
         self.flush()

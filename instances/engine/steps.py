@@ -41,6 +41,12 @@ from instances.engine.subflows import child_start, forward_target, resume_patch
 from instances.engine.task_types import PURE_TASK_TYPES
 from instances.engine.tasks import TaskOutcome
 from instances.engine.timeouts import TimerReset, timeout_reset
+from instances.job_payloads import (
+    LongPollFallbackJob,
+    NotificationJob,
+    TaskNotificationJob,
+    TimerJob,
+)
 from instances.status import (
     STATE_SUBTYPE_NAMES,
     STATE_TYPE_NAMES,
@@ -136,15 +142,15 @@ def _enqueue_notifications(execution: Execution, hop: Hop, outcome: TaskOutcome)
         job = JobRow(
             kind=JobKind.TASK_NOTIFICATION,
             run_at=now,
-            payload={
-                "task": outcome.key,
-                "channel": message.channel,
-                "content": message.content,
-                "headers": message.headers,
-                "state": execution.instance.current_state,
-                "transition": hop.transition.key,
-                "at": now.isoformat(),
-            },
+            payload=TaskNotificationJob(
+                task=outcome.key,
+                channel=message.channel,
+                content=message.content,
+                headers=message.headers,
+                state=execution.instance.current_state,
+                transition=hop.transition.key,
+                at=now.isoformat(),
+            ).to_json(),
         )
         execution.writes.jobs.append(job)
         hop.notification_jobs.append(job)
@@ -531,12 +537,12 @@ class OnEntryStep(Step):
                     JobRow(
                         kind=JobKind.NOTIFICATION,
                         run_at=entered,
-                        payload={
-                            "state": state.key,
-                            "index": index,
-                            "transition": hop.transition.key,
-                            "enteredAt": entered.isoformat(),
-                        },
+                        payload=NotificationJob(
+                            state=state.key,
+                            index=index,
+                            transition=hop.transition.key,
+                            entered_at=entered.isoformat(),
+                        ).to_json(),
                     )
                 )
         return Outcome.proceed()
@@ -589,7 +595,7 @@ class LongPollTerminationStep(Step):
                 kind="longpoll-fallback",
                 run_at=execution.engine.clock() + timedelta(seconds=seconds),
                 state=state.key,
-                payload={"token": str(token), "state": state.key},
+                payload=LongPollFallbackJob(token=str(token), state=state.key).to_json(),
             )
         )
         execution.waiting_owner = f"{LONG_POLL_OWNER_PREFIX}{token}"
@@ -694,7 +700,7 @@ class ScheduleTransitionsStep(Step):
                     kind="timer",
                     run_at=timer_due(value, now),
                     state=state.key,
-                    payload={"transition": transition.key, "state": state.key},
+                    payload=TimerJob(transition.key, state=state.key).to_json(),
                 )
             )
         return Outcome.proceed()
@@ -705,7 +711,7 @@ class ScheduleTransitionsStep(Step):
         due = workflow_timeout_due(execution, hop, timeout)
         if due is not None:
             execution.writes.jobs.append(
-                JobRow(kind=JobKind.TIMEOUT, run_at=due, payload={"transition": timeout.key})
+                JobRow(kind=JobKind.TIMEOUT, run_at=due, payload=TimerJob(timeout.key).to_json())
             )
 
 

@@ -25,6 +25,7 @@ from instances.engine.overrides import OVERRIDES_KEY, SubflowOverrides
 from instances.engine.records import ChildStart, InstanceSnapshot, waiting_child
 from instances.engine.script_runner import response_data
 from instances.engine.scripts import ScriptError
+from instances.job_payloads import TransitionJob
 
 if TYPE_CHECKING:
     from instances.engine.definition import StateDef
@@ -108,19 +109,16 @@ def child_start(execution: Execution, hop: Hop, state: StateDef, context: Any) -
     )
     reservation = f"res:{uuid.uuid5(child_id, 'start').hex}"
     attributes = start_data if isinstance(start_data, dict) else {}
-    payload = {
-        "transition": child_definition.start.key,
-        "start": True,
-        "attributes": attributes,
-        "body": attributes,
-        "headers": {},
-        "query": {},
-        "actor": hop.request.actor,
-        "stage": "",
-        "reservation": reservation,
-        "origin": str(execution.instance.id),
-    }
-    return ChildStart(child, SUBFLOW, state.key, reservation, payload)
+    payload = TransitionJob(
+        transition=child_definition.start.key,
+        start=True,
+        attributes=attributes,
+        body=attributes,
+        actor=hop.request.actor,
+        reservation=reservation,
+        origin=str(execution.instance.id),
+    )
+    return ChildStart(child, SUBFLOW, state.key, reservation, payload.to_json())
 
 
 def resume_patch(execution: Execution, state: StateDef, context: Any) -> dict[str, Any]:

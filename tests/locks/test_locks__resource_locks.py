@@ -17,8 +17,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from instances.models import Incident, Instance, InstanceTransition
+from instances.operations import lock_force_release
 from locks.models import ResourceLock
-from locks.services import lock_force_release, locks_sweep_expired
+from locks.services import locks_sweep_expired
 from locks.store import OrmLocks
 from tests.conftest import EXAMPLES_DIR
 from tests.instances.answers import fault

@@ -12,7 +12,14 @@ from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
 from instances.models import Instance
-from instances.services import FAULTED_AGAIN, REFUSED, RETRIED, SKIPPED, operator_retry, retry_plan
+from instances.operations import (
+    FAULTED_AGAIN,
+    REFUSED,
+    RETRIED,
+    SKIPPED,
+    operator_retry,
+    retry_plan,
+)
 from instances.status import InstanceStatus
 
 _SELECTORS = ("ids", "workflow", "state", "error_code", "since", "until", "all")

@@ -10,7 +10,7 @@ from tqdm import tqdm
 from instances.job_handlers import REPLAYED, job_replay
 from instances.management.commands._job_filters import add_filters, selected_jobs
 from instances.models import OperatorAction
-from instances.services import operator_action_record
+from instances.operations import operator_action_record
 
 
 class Command(BaseCommand):
