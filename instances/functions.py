@@ -32,6 +32,7 @@ from typing import Any
 
 from django.core.cache import BaseCache, caches
 
+from instances.answers import shaped_answer
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.functions import (
@@ -50,7 +51,6 @@ from instances.engine.functions import (
 from instances.engine.payload import validate_attributes
 from instances.engine.records import InstanceSnapshot
 from instances.engine.roles import allowed
-from instances.services import shaped_answer
 from instances.wiring import engine
 from vnext.conf import header_deny_list
 from workflows.documents import ComponentKind

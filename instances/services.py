@@ -5,7 +5,6 @@ jobs, events and the operators' actions call these; these call the engine with t
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -39,12 +38,9 @@ from instances.engine.records import (
     waiting_child,
 )
 from instances.engine.roles import INSTANCE_STARTER, Caller, allowed
-from instances.engine.script_runner import script_context
-from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.subflows import forward_target
 from instances.field_encryption import protection_of, seal_request
 from instances.job_payloads import RetryJob, TransitionJob
-from instances.models import Correlation
 from instances.orm_store import OrmStore, subprocess_correlation_create
 from instances.queue import job_enqueue, lane_ticket, long_poll_fallback_cancel
 from instances.run_requests import long_poll_continue_request, retry_request, transition_request
@@ -669,89 +665,3 @@ def instance_snapshot(*, domain: str, workflow: str, ref: str) -> InstanceSnapsh
             Codes.INSTANCE_NOT_FOUND, f"workflow {domain}/{workflow} has no instance {ref!r}"
         )
     return found
-
-
-# --- output mapping (seed 001 "Output Mapping") ---------------------------------------------------
-
-# Headers an output mapping may not set: the server frames the answer and owns its cookies.
-_FRAMING_HEADERS = frozenset(
-    {"content-length", "transfer-encoding", "connection", "content-type", "set-cookie"}
-)
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-
-
-@dataclass(frozen=True)
-class ShapedAnswer:
-    """What a workflow's output mapping made of a sync answer."""
-
-    status: int
-    headers: dict[str, str]
-    body: Any
-
-
-def output_answer(
-    instance: InstanceSnapshot, standard: dict[str, Any], *, transition_key: str = ""
-) -> ShapedAnswer | None:
-    """The workflow's `attributes.output` applied to a sync start or transition answer: its
-    handler gets the standard envelope as `context.body` and returns the body (a plain value,
-    200) or a `ScriptResponse(data=..., status_code=..., headers=...)`. None — the standard
-    answer stands — when the workflow has no output mapping, the instance is a SubFlow child
-    (the parent/child model relies on the standard answer), or the script failed (logged: an
-    output mapping never breaks the request)."""
-    definition = workflow_definition(
-        instance.domain, instance.workflow_key, instance.workflow_version
-    )
-    node = definition.attributes.get("output")
-    if not isinstance(node, dict) or not node.get("code"):
-        return None
-    if (
-        instance.parent_correlation_id is not None
-        and Correlation.objects.filter(
-            pk=instance.parent_correlation_id, type=Correlation.Type.SUBFLOW
-        ).exists()
-    ):
-        return None
-    scripts = engine().scripts
-    try:
-        handle = scripts.load(node, definition)
-        name = "output_handler" if handle.has("output_handler") else "handler"
-        context = script_context(
-            instance,
-            transition_key=transition_key,
-            body=standard,
-            configuration=engine().config.script_configuration,
-        )
-        returned = handle.call(name, context)
-        return _shaped(returned)
-    except (ScriptError, VNextError, ValueError) as exc:
-        logger.warning(
-            "output mapping of %s %s failed, the standard answer is sent: %s",
-            instance.workflow_key,
-            instance.id,
-            exc,
-        )
-        return None
-
-
-def _shaped(returned: Any) -> ShapedAnswer:
-    if not isinstance(returned, ScriptResponse):
-        return ShapedAnswer(200, {}, returned)
-    status = returned.status_code if returned.status_code is not None else 200
-    if not isinstance(status, int) or isinstance(status, bool) or not 200 <= status <= 599:
-        raise ValueError(f"status_code {status!r} is not an HTTP status from 200 to 599")
-    headers: dict[str, str] = {}
-    for name, value in (returned.headers or {}).items():
-        text = str(value)
-        if not _HEADER_NAME.match(str(name)) or "\r" in text or "\n" in text:
-            raise ValueError(f"header {name!r} is not a valid HTTP header")
-        if str(name).lower() in _FRAMING_HEADERS:
-            raise ValueError(f"header {name!r} is set by the server, not by an output mapping")
-        headers[str(name)] = text
-    return ShapedAnswer(status, headers, returned.data)
-
-
-def shaped_answer(returned: Any) -> ShapedAnswer:
-    """A script's answer as an HTTP answer (an output mapping's, a raw custom function's): a
-    plain value is a 200 body; a `ScriptResponse` gives its status (200-599) and headers (no
-    framing ones). ValueError when they are unusable."""
-    return _shaped(returned)

@@ -187,7 +187,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous")
 
 REST_FRAMEWORK = {
-    # JSON; start/transition/retry also read forms with bracket paths (instances.api.views).
+    # JSON; start/transition/retry also read forms with bracket paths (instances.api.request_data).
     "DEFAULT_PARSER_CLASSES": ["vnext.parsers.JsonParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous API call then gets 401 with `WWW-Authenticate: Token`.

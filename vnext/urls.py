@@ -11,7 +11,7 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from instances.api.views import SubflowForwardView
+from instances.api.run_views import SubflowForwardView
 from vnext.exception_handler import ApiNotFoundView
 from vnext.health import health
 from vnext.observability import metrics_view

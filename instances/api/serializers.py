@@ -1,7 +1,7 @@
 """The bodies of the instances API as the OpenAPI document describes them (API.md sections 1-3).
 
-The views build their answers with `presenters` and the selectors; these serializers only type
-them for clients (`extend_schema`), so a generated client knows every field."""
+The views build their answers with `instances.answers` and the selectors; these serializers only
+type them for clients (`extend_schema`), so a generated client knows every field."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from instances.api.views import UNINDEXED_HEADER
+from instances.api.read_views import UNINDEXED_HEADER
 from tests.instances.indexed import BASE, make_instances, publish_indexed
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]

@@ -96,7 +96,7 @@ def test_a_database_outage_answers_503_with_retry_after(operator_client, monkeyp
     def gone(*args, **kwargs):
         raise OperationalError("terminating connection due to administrator command")
 
-    monkeypatch.setattr("instances.api.views.instance_snapshot", gone)
+    monkeypatch.setattr("instances.api.read_views.instance_snapshot", gone)
     response = operator_client.get(f"{TIMERS}/{instance_id}")
 
     assert response.status_code == 503
