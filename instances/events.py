@@ -34,7 +34,6 @@ from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.field_encryption import open_request, protection_of, seal_request
 from instances.filters import parse_filter
 from instances.models import Instance, Job
-from instances.orm_store import sealed_paths
 from instances.queue import job_enqueue
 from instances.services import (
     RequestInfo,
@@ -42,6 +41,7 @@ from instances.services import (
     instance_transition_accept,
     workflow_definition,
 )
+from instances.snapshots import sealed_paths
 from instances.status import InstanceStatus, JobKind, JobStatus, Trigger
 from instances.wiring import engine
 

@@ -71,7 +71,7 @@ from instances.models import (
     InstanceTransition,
     Job,
 )
-from instances.orm_store import opened, protection_for, sealed_paths, snapshot_of
+from instances.snapshots import opened, protection_for, sealed_paths, snapshot_of
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,
