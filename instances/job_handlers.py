@@ -58,7 +58,7 @@ from instances.field_encryption import open_request
 from instances.models import Correlation, InstanceTransition, Job
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
-from instances.orm_store import FaultToRetry, OrmStore, stored_data
+from instances.orm_store import FaultToRetry, OrmStore
 from instances.queue import (
     LaneTimeout,
     backoff,
@@ -88,6 +88,7 @@ from instances.services import (
     long_poll_continue_request,
     retry_request,
 )
+from instances.snapshots import stored_data
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,

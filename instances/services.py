@@ -52,9 +52,9 @@ from instances.models import Correlation, Incident, Instance, Job, OperatorActio
 from instances.orm_store import (
     FaultToRetry,
     OrmStore,
-    snapshot_of,
 )
 from instances.queue import job_enqueue, lane_ticket
+from instances.snapshots import snapshot_of
 from instances.status import CorrelationStatus, InstanceStatus, JobKind, JobStatus, Trigger
 from instances.wiring import engine
 from vnext.conf import header_deny_list

@@ -6,8 +6,8 @@ from typing import Any
 
 from instances.engine.records import InstanceSnapshot
 from instances.models import Instance, InstanceTransition
-from instances.orm_store import snapshot_of
 from instances.selectors import incident_block
+from instances.snapshots import snapshot_of
 
 
 def _iso(value: Any) -> str | None:
