@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from instances.builtin_functions import state_function, with_state_etag
 from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import (
@@ -73,7 +74,6 @@ from instances.queue import (
     lane_take,
     max_attempts,
 )
-from instances.selectors import state_function, with_state_etag
 from instances.services import (
     InstanceOutcome,
     RequestInfo,

@@ -49,10 +49,7 @@ from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.subflows import forward_target
 from instances.field_encryption import protection_of, seal_request
 from instances.models import Correlation, Incident, Instance, Job, OperatorAction
-from instances.orm_store import (
-    FaultToRetry,
-    OrmStore,
-)
+from instances.orm_store import FaultToRetry, OrmStore
 from instances.queue import job_enqueue, lane_ticket
 from instances.snapshots import snapshot_of
 from instances.status import CorrelationStatus, InstanceStatus, JobKind, JobStatus, Trigger

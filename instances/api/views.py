@@ -43,6 +43,15 @@ from instances.api.serializers import (
     TransitionBodySerializer,
     ViewFunctionSerializer,
 )
+from instances.builtin_functions import (
+    data_function,
+    function_cached,
+    schema_function,
+    state_function,
+    view_function,
+    view_variant,
+    with_state_etag,
+)
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.functions import ReadKind
@@ -71,29 +80,22 @@ from instances.functions import (
 from instances.job_handlers import instance_settle, instance_transition_run, relays_run
 from instances.selectors import (
     Groups,
-    active_correlations,
-    active_incident,
-    active_incidents,
-    data_at_version,
-    data_function,
-    function_cached,
+    correlation_active_list,
+    incident_active_get,
+    incident_active_list,
     incident_body,
-    incident_page,
-    instance_by_id,
-    instance_history,
+    incident_list,
+    instance_at_version_get,
+    instance_get,
     instance_list,
     instance_matches,
     listed_attributes,
     master_schema,
-    newest_transition_id,
     readable_instances,
-    schema_function,
     shown_attributes,
-    state_function,
-    subflow_chain,
-    view_function,
-    view_variant,
-    with_state_etag,
+    subflow_level_list,
+    transition_list,
+    transition_newest_id_get,
 )
 from instances.services import (
     InstanceOutcome,
@@ -338,7 +340,7 @@ def _answer(
     except PipelineSuperseded as superseded:
         # A cancel, exit or timeout took the instance over while this run was on its way:
         # the answer is what the instance is now, and what became of the request.
-        instance = instance_by_id(superseded.instance_id) or instance_snapshot(
+        instance = instance_get(instance_id=superseded.instance_id) or instance_snapshot(
             domain=domain, workflow=workflow, ref=str(superseded.instance_id)
         )
         error = {"errorCode": superseded.code, "detail": superseded.message}
@@ -348,7 +350,7 @@ def _answer(
         if fault.code in CALLER_FAULTS:
             raise  # the exception handler answers with the code's own status
         # The faulted instance may be the active subflow a transition was forwarded to.
-        instance = instance_by_id(fault.instance_id) or instance_snapshot(
+        instance = instance_get(instance_id=fault.instance_id) or instance_snapshot(
             domain=domain, workflow=workflow, ref=str(fault.instance_id)
         )
         return _faulted(instance, fault.code, fault.message, retried, request, shaped_by)
@@ -357,10 +359,10 @@ def _answer(
     if not accepted and execution is not None and execution.relays:
         # Children started or a parent resumes: run those hand-offs before answering.
         relays_run(execution.instance.id)
-        instance = instance_by_id(instance.id) or instance
+        instance = instance_get(instance_id=instance.id) or instance
     if outcome.addressed is not None:
         # Forwarded to the active subflow: the answer describes the instance the caller named.
-        instance = instance_by_id(outcome.addressed) or instance
+        instance = instance_get(instance_id=outcome.addressed) or instance
     extra = _retried(instance, outcome) if retried else {}
     if accepted or outcome.queued:
         body = {"id": str(instance.id), "status": str(instance.status), **extra}
@@ -373,7 +375,11 @@ def _answer(
     if execution is not None and execution.awaiting_retry is not None:
         wait = float(vnext_setting("SYNC_RETRY_WAIT_SECONDS"))
         instance = instance_settle(instance.id, within=wait) or instance
-        incident = active_incident(instance) if instance.status == InstanceStatus.FAULTED else None
+        incident = (
+            incident_active_get(instance=instance)
+            if instance.status == InstanceStatus.FAULTED
+            else None
+        )
         if incident is not None:
             code, detail = incident["errorCode"], incident["message"]
             return _faulted(instance, code, detail, retried, request, shaped_by)
@@ -442,7 +448,7 @@ def _retried(instance: InstanceSnapshot, outcome: InstanceOutcome | None = None)
     execution = outcome.execution if outcome is not None else None
     if execution is not None and execution.hops and execution.hops[0].row is not None:
         return {"retriedTransitionId": str(execution.hops[0].row.id)}
-    newest = newest_transition_id(instance)
+    newest = transition_newest_id_get(instance=instance)
     return {"retriedTransitionId": str(newest) if newest else None}
 
 
@@ -663,7 +669,7 @@ class InstanceDetailView(ApiView):
         if _not_modified(request, etag):
             response = _with_etags(Response(status=status.HTTP_304_NOT_MODIFIED), snapshot)
             return _etag(response, etag)
-        body = instance_detail(snapshot, active_incident(snapshot))
+        body = instance_detail(snapshot, incident_active_get(instance=snapshot))
         body["attributes"] = shown_attributes(definition, snapshot, roles)
         body["extensions"] = extensions
         return _etag(_with_etags(Response(body), snapshot), etag)
@@ -738,7 +744,7 @@ class InstanceListView(ApiView):
         else:
             next_link = link(page.page + 1)
 
-        incidents = active_incidents([row.pk for row in page.items])
+        incidents = incident_active_list(instance_ids=[row.pk for row in page.items])
         extensions = listed_extensions(
             page.items,
             requested=requested,
@@ -804,7 +810,7 @@ class InstanceHistoryView(ApiView):
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """Every transition attempt, oldest first."""
         snapshot = _readable_snapshot(request, domain, workflow, instance)
-        return Response({"items": [history_row(row) for row in instance_history(snapshot)]})
+        return Response({"items": [history_row(row) for row in transition_list(instance=snapshot)]})
 
 
 class InstanceIncidentListView(ApiView):
@@ -825,10 +831,10 @@ class InstanceIncidentListView(ApiView):
         page, size = parse_page(
             request.query_params.get("page"), request.query_params.get("pageSize")
         )
-        rows, has_next = incident_page(snapshot, page, size)
+        rows, has_next = incident_list(instance=snapshot, page=page, page_size=size)
         return Response(
             {
-                "hasActiveIncident": active_incident(snapshot) is not None,
+                "hasActiveIncident": incident_active_get(instance=snapshot) is not None,
                 "items": [incident_body(row) for row in rows],
                 "page": page,
                 "pageSize": size,
@@ -852,7 +858,7 @@ class InstanceActiveIncidentView(ApiView):
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """The newest open incident; 404 `Instance:100037` (a normal answer) when none."""
         snapshot = _readable_snapshot(request, domain, workflow, instance)
-        incident = active_incident(snapshot)
+        incident = incident_active_get(instance=snapshot)
         if incident is None:
             raise VNextError(
                 Codes.NO_ACTIVE_INCIDENT,
@@ -894,7 +900,7 @@ class InstanceFunctionView(ApiView):
             # A parent waiting on a SubFlow chain answers with the data of the leaf its state
             # function describes (vNext: the leaf is what a client drives, through the parent's
             # URL); `GET` instance keeps the parent's own data.
-            levels = subflow_chain(snapshot)
+            levels = subflow_level_list(instance=snapshot)
             if levels:
                 snapshot = levels[-1].child
                 definition = workflow_definition(
@@ -917,7 +923,7 @@ class InstanceFunctionView(ApiView):
             if version is not None:
                 # The data as of one of its versions (`null` for one it never had): history,
                 # so no ETag.
-                past = data_at_version(snapshot, version)
+                past = instance_at_version_get(instance=snapshot, version=version)
                 shown = shown_attributes(definition, past, roles) if past is not None else None
                 extensions = _extensions(
                     request, definition, snapshot, ReadKind.INSTANCE, requested
@@ -997,9 +1003,9 @@ class InstanceFunctionView(ApiView):
                     [Violation("/wait", "a number of seconds, 0 or more")],
                 )
         # A parent waiting on a SubFlow chain describes its leaf (seed 000).
-        levels = subflow_chain(snapshot)
+        levels = subflow_level_list(instance=snapshot)
         base = request.path.rsplit("/functions/", 1)[0]
-        correlations = active_correlations(snapshot, levels)
+        correlations = correlation_active_list(instance=snapshot, levels=levels)
         leaf, leaf_definition, data_base = snapshot, definition, None
         if levels:
             leaf = levels[-1].child
