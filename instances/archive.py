@@ -70,7 +70,6 @@ TABLES: tuple[tuple[str, type[models.Model], str], ...] = (
     ("job", Job, "instance_id"),
     ("operator_action", OperatorAction, "instance_id"),
 )
-MODELS = {name: model for name, model, _ in TABLES}
 # Links from rows that stay (a completed relative archived later) to rows that leave: nulled on
 # archive, recorded in the file as `link` rows, put back on restore when both ends are there.
 LINK = "link"

@@ -1,9 +1,8 @@
-"""Lock maintenance: release what an instance holds, sweep expired rows, operator force-release."""
+"""Lock maintenance: sweep expired rows, operator force-release."""
 
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
 from django.db import transaction
@@ -13,11 +12,6 @@ from instances.orm_store import OrmStore
 from locks.models import ResourceLock
 
 logger = logging.getLogger("vnext.locks")
-
-
-def locks_release_all(*, owner: uuid.UUID) -> int:
-    """Release every lock `owner` holds; idempotent. Returns how many rows went."""
-    return ResourceLock.objects.filter(owner=owner).delete()[0]
 
 
 def locks_sweep_expired() -> int:
