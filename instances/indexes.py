@@ -39,16 +39,7 @@ from django.db.models.sql import Query as SqlQuery
 
 from instances.engine.definition import WorkflowDefinition
 from instances.filters import ATTRIBUTES_PREFIX, Query, SortKey
-from instances.filters.language import (
-    TEXT_MATCH_OPERATORS,
-    Condition,
-    DataPath,
-    Negation,
-    Node,
-    boolean_in,
-    number_in,
-    parse_instant,
-)
+from instances.filters.language import boolean_in, number_in, parse_instant
 from instances.filters.sql import (
     indexed_column_text,
     indexed_instant,
@@ -56,6 +47,7 @@ from instances.filters.sql import (
     indexed_type,
     indexed_value,
 )
+from instances.filters.tree import TEXT_MATCH_OPERATORS, Condition, DataPath, Negation, Node
 from instances.models import Instance
 from instances.wiring import engine
 from vnext.conf import vnext_setting

@@ -78,6 +78,12 @@ from django.db.models.sql.compiler import SQLCompiler
 
 from instances.filters.language import (
     INSTANT_PATTERN,
+    boolean_in,
+    json_type,
+    number_in,
+    parse_instant,
+)
+from instances.filters.tree import (
     MAX_GROUPS,
     TEXT_MATCH_OPERATORS,
     AllOf,
@@ -90,12 +96,8 @@ from instances.filters.language import (
     Node,
     SortKey,
     Target,
-    boolean_in,
     invalid,
     invalid_column,
-    json_type,
-    number_in,
-    parse_instant,
 )
 from instances.status import STATE_SUBTYPE_NAMES, STATE_TYPE_NAMES
 
