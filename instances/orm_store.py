@@ -61,7 +61,7 @@ from instances.status import (
     JobStatus,
     TransitionStatus,
 )
-from instances.store_sql import GuardFailed, dialect, status_guard_q
+from instances.store_sql import GuardFailed, busy_take, dialect, status_guard_q
 from locks.models import ResourceLock
 
 _TIMER_KINDS = ("timer", "timeout")
@@ -251,12 +251,7 @@ class OrmStore:
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
         """Busy owner = `owner` if the instance is Active or Busy (cancel/exit/timeout)."""
         live = [InstanceStatus.ACTIVE, InstanceStatus.BUSY, InstanceStatus.FAULTED]
-        taken = Instance.objects.filter(pk=instance_id, status__in=live).update(
-            status=InstanceStatus.BUSY,
-            busy_owner=owner,
-            busy_since=timezone.now(),
-            etag=new_etag(),
-        )
+        taken = busy_take(instance_id, statuses=live, owner=owner)
         if taken:
             instance_changed(instance_id)
         return self.load(instance_id) if taken else None

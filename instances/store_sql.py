@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -142,15 +143,10 @@ class PortableSql:
         """Mark the instance Busy for `reservation` if its status is one of `statuses`, and
         enqueue the transition job that owns the reservation, together; False when refused."""
         with transaction.atomic():
-            reserved = Instance.objects.filter(pk=instance_id, status__in=statuses).update(
-                status=InstanceStatus.BUSY,
-                busy_owner=reservation,
-                busy_since=timezone.now(),
-                etag=new_etag(),
-            )
+            reserved = busy_take(instance_id, statuses=statuses, owner=reservation)
             if reserved:
                 job_enqueue(kind=JobKind.TRANSITION, instance_id=instance_id, payload=payload)
-        return bool(reserved)
+        return reserved
 
 
 class PostgresSql(PortableSql):
@@ -436,6 +432,18 @@ SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(no
 FROM reserved
 RETURNING id, run_at
 """
+
+
+def busy_take(instance_id: uuid.UUID, *, statuses: Sequence[str], owner: str) -> bool:
+    """The Busy compare-and-set through the ORM: Busy for `owner` if the status is one of
+    `statuses` (a new eTag); False when it is not (someone else won)."""
+    taken = Instance.objects.filter(pk=instance_id, status__in=statuses).update(
+        status=InstanceStatus.BUSY,
+        busy_owner=owner,
+        busy_since=timezone.now(),
+        etag=new_etag(),
+    )
+    return bool(taken)
 
 
 @functools.cache
