@@ -141,7 +141,7 @@ class Retention:
         return f"{self.domain}/{self.workflow}"
 
 
-def workflow_retentions(*, older_than_days: int | None = None) -> list[Retention]:
+def retention_list(*, older_than_days: int | None = None) -> list[Retention]:
     """Each published workflow's retention: its newest version's `attributes.retentionDays`,
     else `RETENTION_DAYS`; `older_than_days` (an operator's choice) overrides both."""
     default = vnext_setting("RETENTION_DAYS")
@@ -168,7 +168,7 @@ def workflow_retentions(*, older_than_days: int | None = None) -> list[Retention
     return retentions
 
 
-def archive_candidates(retention: Retention, now: datetime) -> models.QuerySet[Instance]:
+def archive_candidate_list(*, retention: Retention, now: datetime) -> models.QuerySet[Instance]:
     """The instances of a workflow the archive may take now, oldest completion first: Completed
     longer ago than the retention, with no pending or running job, and no relative that is not
     Completed (archiving would write its rows)."""
@@ -230,10 +230,10 @@ def instances_archive(
     yield_ratio = max(0.0, float(vnext_setting("ARCHIVE_YIELD_RATIO")))
     moment = now or timezone.now()
     remaining = limit
-    for retention in workflow_retentions(older_than_days=older_than_days):
+    for retention in retention_list(older_than_days=older_than_days):
         if workflow and workflow not in (retention.workflow, retention.name):
             continue
-        candidates = archive_candidates(retention, moment)
+        candidates = archive_candidate_list(retention=retention, now=moment)
         if dry_run:
             counted = (
                 candidates[:remaining].count() if remaining is not None else candidates.count()
@@ -469,7 +469,7 @@ def archive_verify(*, archive: FolderArchive | None = None) -> VerifyReport:
     return report
 
 
-def archived_instance(domain: str, workflow: str, ref: str) -> ArchivedInstance | None:
+def archived_instance_get(*, domain: str, workflow: str, ref: str) -> ArchivedInstance | None:
     """The tombstone of `ref` (UUID or business key) of a workflow, or None: the API's 410."""
     try:
         instance_id = uuid.UUID(ref)
