@@ -5,6 +5,8 @@ obsolete indexes of every published workflow and of the instance columns) and wh
 indexes themselves are defined in `instances.indexes`. PostgreSQL only.
 """
 
+from __future__ import annotations
+
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field

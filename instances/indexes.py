@@ -21,6 +21,9 @@ instance columns be answered without reading the whole table, planned as SQL a D
   with what it serves, so the plan is idempotent and tells present, missing, invalid (left by
   an interrupted concurrent build: rebuilt) and obsolete ones apart.
 - A workflow's fields are those its newest published version's master schema marks.
+
+The plan against the catalog and its build are `instances.index_plans`; what a listing asks of
+the indexes (the unindexed-field warning) is at the end of this module.
 """
 
 from __future__ import annotations
