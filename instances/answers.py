@@ -22,16 +22,15 @@ from instances.engine.visibility import readable
 from instances.extensions import instance_extensions, listed_extensions
 from instances.job_handlers import instance_settle, instance_transition_run, relays_run
 from instances.models import Correlation, Instance, InstanceTransition
-from instances.orm_store import snapshot_of
 from instances.selectors import (
-    active_incident,
-    active_incidents,
+    incident_active_get,
+    incident_active_list,
     incident_block,
-    instance_by_id,
+    instance_get,
     listed_attributes,
     master_schema,
-    newest_transition_id,
     shown_attributes,
+    transition_newest_id_get,
 )
 from instances.services import (
     InstanceOutcome,
@@ -46,6 +45,7 @@ from instances.services import (
     transition_runs_sync,
     workflow_definition,
 )
+from instances.snapshots import snapshot_of
 from instances.status import InstanceStatus
 from instances.wiring import engine
 from vnext.conf import vnext_setting
@@ -128,7 +128,7 @@ def listed_items(
 ) -> list[dict[str, Any]]:
     """The `items` of a page of instances: each as `GET instance` shows it, with its newest open
     incident, the data `caller` may see and the extensions `requested` of a listing."""
-    incidents = active_incidents([row.pk for row in rows])
+    incidents = incident_active_list(instance_ids=[row.pk for row in rows])
     extensions = listed_extensions(rows, requested=requested, headers=headers, query=query)
     return [
         {
@@ -320,7 +320,7 @@ def _instance_path(instance: InstanceSnapshot) -> str:
 
 def _current(domain: str, workflow: str, instance_id: Any) -> InstanceSnapshot:
     # The instance may be the active subflow a transition was forwarded to: by id first.
-    return instance_by_id(instance_id) or instance_snapshot(
+    return instance_get(instance_id=instance_id) or instance_snapshot(
         domain=domain, workflow=workflow, ref=str(instance_id)
     )
 
@@ -361,10 +361,10 @@ def _run_answer(
     if not accepted and execution is not None and execution.relays:
         # Children started or a parent resumes: run those hand-offs before answering.
         relays_run(execution.instance.id)
-        instance = instance_by_id(instance.id) or instance
+        instance = instance_get(instance_id=instance.id) or instance
     if outcome.addressed is not None:
         # Forwarded to the active subflow: the answer describes the instance the caller named.
-        instance = instance_by_id(outcome.addressed) or instance
+        instance = instance_get(instance_id=outcome.addressed) or instance
     extra = _retried(instance, outcome) if retried else {}
     if accepted or outcome.queued:
         body = {"id": str(instance.id), "status": str(instance.status), **extra}
@@ -373,7 +373,11 @@ def _run_answer(
     if execution is not None and execution.awaiting_retry is not None:
         wait = float(vnext_setting("SYNC_RETRY_WAIT_SECONDS"))
         instance = instance_settle(instance.id, within=wait) or instance
-        incident = active_incident(instance) if instance.status == InstanceStatus.FAULTED else None
+        incident = (
+            incident_active_get(instance=instance)
+            if instance.status == InstanceStatus.FAULTED
+            else None
+        )
         if incident is not None:
             code, detail = incident["errorCode"], incident["message"]
             return _faulted(instance, code, detail, retried, shown_to, shaped_by)
@@ -424,7 +428,7 @@ def _retried(instance: InstanceSnapshot, outcome: InstanceOutcome | None = None)
     execution = outcome.execution if outcome is not None else None
     if execution is not None and execution.hops and execution.hops[0].row is not None:
         return {"retriedTransitionId": str(execution.hops[0].row.id)}
-    newest = newest_transition_id(instance)
+    newest = transition_newest_id_get(instance=instance)
     return {"retriedTransitionId": str(newest) if newest else None}
 
 

@@ -21,7 +21,7 @@ import os
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -33,14 +33,16 @@ from django.db import DatabaseError, connection, models, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from instances.instance_rows import (
+    UnknownColumn,
+    instance_rows_delete,
+    instance_rows_insert,
+    instance_rows_of,
+)
 from instances.models import (
     ArchivedInstance,
     Correlation,
-    Incident,
     Instance,
-    InstanceDataVersion,
-    InstanceTask,
-    InstanceTransition,
     Job,
     OperatorAction,
 )
@@ -58,24 +60,6 @@ MANIFEST_SUFFIX = ".manifest.json"
 # by the next run): the archive yields to the live work, never the other way round.
 LOCK_TIMEOUT = "2s"
 
-# Every table holding rows of an instance, in the order they are restored (referenced first);
-# each with the column that names the instance. Deleted in the reverse order.
-TABLES: tuple[tuple[str, type[models.Model], str], ...] = (
-    ("instance", Instance, "id"),
-    ("transition", InstanceTransition, "instance_id"),
-    ("correlation", Correlation, "parent_id"),
-    ("data_version", InstanceDataVersion, "instance_id"),
-    ("task", InstanceTask, "instance_id"),
-    ("incident", Incident, "instance_id"),
-    ("job", Job, "instance_id"),
-    ("operator_action", OperatorAction, "instance_id"),
-)
-MODELS = {name: model for name, model, _ in TABLES}
-# Links from rows that stay (a completed relative archived later) to rows that leave: nulled on
-# archive, recorded in the file as `link` rows, put back on restore when both ends are there.
-LINK = "link"
-CHILD_OF = "child-of"  # Instance.parent_correlation of another instance -> a leaving correlation
-PARENT_OF = "parent-of"  # Correlation.child of another instance's correlation -> a leaving one
 
 _LIVE_JOBS = (JobStatus.PENDING, JobStatus.RUNNING)
 
@@ -157,7 +141,7 @@ class Retention:
         return f"{self.domain}/{self.workflow}"
 
 
-def workflow_retentions(*, older_than_days: int | None = None) -> list[Retention]:
+def retention_list(*, older_than_days: int | None = None) -> list[Retention]:
     """Each published workflow's retention: its newest version's `attributes.retentionDays`,
     else `RETENTION_DAYS`; `older_than_days` (an operator's choice) overrides both."""
     default = vnext_setting("RETENTION_DAYS")
@@ -184,7 +168,7 @@ def workflow_retentions(*, older_than_days: int | None = None) -> list[Retention
     return retentions
 
 
-def archive_candidates(retention: Retention, now: datetime) -> models.QuerySet[Instance]:
+def archive_candidate_list(*, retention: Retention, now: datetime) -> models.QuerySet[Instance]:
     """The instances of a workflow the archive may take now, oldest completion first: Completed
     longer ago than the retention, with no pending or running job, and no relative that is not
     Completed (archiving would write its rows)."""
@@ -246,10 +230,10 @@ def instances_archive(
     yield_ratio = max(0.0, float(vnext_setting("ARCHIVE_YIELD_RATIO")))
     moment = now or timezone.now()
     remaining = limit
-    for retention in workflow_retentions(older_than_days=older_than_days):
+    for retention in retention_list(older_than_days=older_than_days):
         if workflow and workflow not in (retention.workflow, retention.name):
             continue
-        candidates = archive_candidates(retention, moment)
+        candidates = archive_candidate_list(retention=retention, now=moment)
         if dry_run:
             counted = (
                 candidates[:remaining].count() if remaining is not None else candidates.count()
@@ -300,7 +284,7 @@ def _archive_batch(
             if not instances:
                 return 0
             ids = [row["id"] for row in instances]
-            rows = _rows_of(ids, instances)
+            rows = instance_rows_of(ids, instances)
             by_day: dict[date, list[Any]] = defaultdict(list)
             for row in instances:
                 by_day[row["completed_at"].astimezone(UTC).date()].append(row["id"])
@@ -310,7 +294,7 @@ def _archive_batch(
                 relative = _file_name(first["domain"], first["workflow_key"], day, now)
                 _write_verified(store, relative, first, day, day_ids, rows, written)
                 location_of.update(dict.fromkeys(day_ids, relative))
-            _delete(ids, rows)
+            instance_rows_delete(ids, rows)
             ArchivedInstance.objects.bulk_create(
                 [
                     ArchivedInstance(
@@ -338,34 +322,6 @@ def _short_lock_waits() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-
-
-def _rows_of(ids: list[Any], instances: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Every row of every table for `ids` (each tagged with its instance under `_instance`),
-    and the `link` rows from the rows that stay."""
-    rows: dict[str, list[dict[str, Any]]] = {"instance": instances}
-    for name, model, column in TABLES[1:]:
-        found = list(
-            model._default_manager.filter(**{f"{column}__in": ids}).order_by("pk").values()
-        )
-        rows[name] = [{**row, "_instance": row[column]} for row in found]
-    for row in instances:
-        row["_instance"] = row["id"]
-    leaving = [row["id"] for row in rows["correlation"]]
-    links = [
-        {"kind": CHILD_OF, "instance_id": child, "correlation_id": correlation, "_instance": parent}
-        for child, correlation, parent in Instance.objects.filter(parent_correlation_id__in=leaving)
-        .exclude(pk__in=ids)
-        .values_list("pk", "parent_correlation_id", "parent_correlation__parent_id")
-    ]
-    links += [
-        {"kind": PARENT_OF, "correlation_id": correlation, "instance_id": child, "_instance": child}
-        for correlation, child in Correlation.objects.filter(child_id__in=ids)
-        .exclude(parent_id__in=ids)
-        .values_list("pk", "child_id")
-    ]
-    rows[LINK] = links
-    return rows
 
 
 def _file_name(domain: str, workflow: str, day: date, now: datetime) -> str:
@@ -432,22 +388,6 @@ def _encode(value: Any) -> Any:
     if isinstance(value, uuid.UUID | Decimal):
         return str(value)
     raise TypeError(f"cannot archive a {type(value).__name__}")
-
-
-def _delete(ids: list[Any], rows: dict[str, list[dict[str, Any]]]) -> None:
-    """Null the links from rows that stay, then delete every row of the batch, children first.
-    Raw deletes: what refers to each row is already gone or nulled, so Django's collector
-    (a SELECT per related table and row) has nothing to do."""
-    leaving = [row["id"] for row in rows["correlation"]]
-    Instance.objects.filter(parent_correlation_id__in=leaving).exclude(pk__in=ids).update(
-        parent_correlation=None
-    )
-    Correlation.objects.filter(child_id__in=ids).exclude(parent_id__in=ids).update(child=None)
-    # Links inside the batch need no nulling: the foreign keys are checked at commit (Django
-    # creates them DEFERRABLE INITIALLY DEFERRED), when both ends are gone.
-    for _, model, column in reversed(TABLES):
-        queryset = model._default_manager.filter(**{f"{column}__in": ids})
-        queryset._raw_delete(queryset.db)
 
 
 # --- reading back ----------------------------------------------------------------------------
@@ -529,7 +469,7 @@ def archive_verify(*, archive: FolderArchive | None = None) -> VerifyReport:
     return report
 
 
-def archived_instance(domain: str, workflow: str, ref: str) -> ArchivedInstance | None:
+def archived_instance_get(*, domain: str, workflow: str, ref: str) -> ArchivedInstance | None:
     """The tombstone of `ref` (UUID or business key) of a workflow, or None: the API's 410."""
     try:
         instance_id = uuid.UUID(ref)
@@ -588,15 +528,10 @@ def instance_restore(
         raise ArchiveError(f"{tombstone.location} does not hold instance {wanted}")
     report = RestoreReport(instance_id=wanted, location=tombstone.location)
     with transaction.atomic():
-        transitions = {uuid.UUID(row["id"]) for row in grouped.get("transition", [])}
-        for table, model, _ in TABLES:
-            objects = [_restored(model, row) for row in grouped.get(table, [])]
-            for restored in objects:
-                _drop_dangling(restored, transitions)
-            model._default_manager.bulk_create(objects)
-            report.rows[table] = len(objects)
-        _relink(grouped.get(LINK, []))
-        report.rows[LINK] = len(grouped.get(LINK, []))
+        try:
+            report.rows.update(instance_rows_insert(grouped))
+        except UnknownColumn as exc:
+            raise ArchiveError(str(exc)) from exc
         tombstone.delete()
         OperatorAction.objects.create(
             actor=actor,
@@ -606,47 +541,3 @@ def instance_restore(
             outcome="restored",
         )
     return report
-
-
-def _restored(model: type[models.Model], row: dict[str, Any]) -> models.Model:
-    fields = {f.attname: f for f in model._meta.concrete_fields}
-    values = {}
-    for name, value in row.items():
-        column = fields.get(name)
-        if column is None:
-            raise ArchiveError(f"{model.__name__} has no column {name!r} any more")
-        values[name] = column.to_python(value) if value is not None else None
-    return model(**values)
-
-
-def _drop_dangling(restored: models.Model, transitions: set[uuid.UUID]) -> None:
-    # References to rows that are gone now (a correlation or child archived meanwhile, a
-    # transition of another instance) come back as NULL, as deleting them would have left them.
-    if (
-        isinstance(restored, Instance)
-        and restored.parent_correlation_id is not None
-        and not Correlation.objects.filter(pk=restored.parent_correlation_id).exists()
-    ):
-        restored.parent_correlation_id = None
-    if (
-        isinstance(restored, Correlation)
-        and restored.child_id is not None
-        and not Instance.objects.filter(pk=restored.child_id).exists()
-    ):
-        restored.child_id = None
-    transition_id = getattr(restored, "transition_id", None)
-    if transition_id is not None and transition_id not in transitions:
-        restored.transition_id = None  # type: ignore[attr-defined]
-
-
-def _relink(links: Iterable[dict[str, Any]]) -> None:
-    for link in links:
-        correlation, child = int(link["correlation_id"]), uuid.UUID(str(link["instance_id"]))
-        if not Correlation.objects.filter(pk=correlation).exists():
-            continue
-        if link["kind"] == CHILD_OF:
-            Instance.objects.filter(pk=child, parent_correlation__isnull=True).update(
-                parent_correlation_id=correlation
-            )
-        elif Instance.objects.filter(pk=child).exists():
-            Correlation.objects.filter(pk=correlation, child__isnull=True).update(child_id=child)

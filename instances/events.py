@@ -27,6 +27,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.records import InstanceSnapshot
 from instances.engine.script_runner import response_data, script_context
@@ -35,7 +36,6 @@ from instances.field_encryption import open_request, protection_of, seal_request
 from instances.filters import parse_filter
 from instances.job_payloads import EventReceipt, EventTransitionJob
 from instances.models import Instance, Job
-from instances.orm_store import sealed_paths
 from instances.queue import job_enqueue
 from instances.services import (
     RequestInfo,
@@ -43,6 +43,7 @@ from instances.services import (
     instance_transition_accept,
     workflow_definition,
 )
+from instances.snapshots import sealed_paths
 from instances.status import InstanceStatus, JobKind, JobStatus, Trigger
 from instances.wiring import engine
 
@@ -118,33 +119,7 @@ def event_deliver(
             [Violation("", f"expected an object, got {type(body).__name__}")],
         )
     delivery = unwrap(body, headers)
-    if action == "start":
-        event = definition.attributes.get("event")
-        what = "start"
-    else:
-        if not transition_key:
-            raise VNextError(
-                Codes.APP_INVALID_QUERY,
-                "an event transition delivery names its transitionKey",
-                [Violation("/transitionKey", "required with action=transition")],
-            )
-        transition = definition.find_any(transition_key)
-        if transition is None:
-            raise VNextError(
-                Codes.TRANSITION_NOT_FOUND, f"workflow {workflow} has no {transition_key!r}"
-            )
-        event = transition.raw.get("event")
-        if transition.trigger_type != Trigger.EVENT and not isinstance(event, dict):
-            raise VNextError(
-                Codes.NOT_AN_EVENT_TRANSITION,
-                f"transition {transition_key!r} is not an event transition (triggerType 3)",
-            )
-        what = f"transition {transition_key}"
-    mapping = event.get("mapping") if isinstance(event, dict) else None
-    if not isinstance(mapping, dict) or not mapping.get("code"):
-        raise VNextError(
-            Codes.NOT_AN_EVENT_TRANSITION, f"workflow {workflow} takes no {what} event"
-        )
+    mapping = _event_mapping(definition, workflow, action, transition_key)
     key, selector, data = _mapped(definition, mapping, delivery)
     receipt = f"event:{domain}:{workflow}:{action}:{transition_key or ''}:{delivery.event_id}"
     event_info = RequestInfo(actor=info.actor or "event", headers={}, query={})
@@ -185,6 +160,41 @@ def event_deliver(
             # Nothing took the event: no receipt either, so a redelivery is processed again.
             transaction.set_rollback(True)
     return outcome
+
+
+def _event_mapping(
+    definition: WorkflowDefinition, workflow: str, action: str, transition_key: str | None
+) -> dict[str, Any]:
+    """The event mapping that takes a `start` delivery (the workflow's `event`) or a
+    `transition` one (the named transition's, an event transition); refused otherwise."""
+    if action == "start":
+        event = definition.attributes.get("event")
+        what = "start"
+    else:
+        if not transition_key:
+            raise VNextError(
+                Codes.APP_INVALID_QUERY,
+                "an event transition delivery names its transitionKey",
+                [Violation("/transitionKey", "required with action=transition")],
+            )
+        transition = definition.find_any(transition_key)
+        if transition is None:
+            raise VNextError(
+                Codes.TRANSITION_NOT_FOUND, f"workflow {workflow} has no {transition_key!r}"
+            )
+        event = transition.raw.get("event")
+        if transition.trigger_type != Trigger.EVENT and not isinstance(event, dict):
+            raise VNextError(
+                Codes.NOT_AN_EVENT_TRANSITION,
+                f"transition {transition_key!r} is not an event transition (triggerType 3)",
+            )
+        what = f"transition {transition_key}"
+    mapping = event.get("mapping") if isinstance(event, dict) else None
+    if not isinstance(mapping, dict) or not mapping.get("code"):
+        raise VNextError(
+            Codes.NOT_AN_EVENT_TRANSITION, f"workflow {workflow} takes no {what} event"
+        )
+    return mapping
 
 
 def _receipt_taken(receipt: str, delivery: Delivery, action: str, workflow: str) -> bool:

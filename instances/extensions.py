@@ -33,7 +33,7 @@ from instances.engine.functions import (
 )
 from instances.engine.records import InstanceSnapshot, deep_merge
 from instances.models import Instance
-from instances.orm_store import snapshot_of
+from instances.snapshots import snapshot_of
 from instances.wiring import engine
 from vnext.conf import header_deny_list
 from workflows.documents import ComponentKind

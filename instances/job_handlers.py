@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from instances.builtin_functions import state_function, with_state_etag
 from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import (
@@ -59,7 +60,7 @@ from instances.job_payloads import BoundaryRetryJob, RetryJob, TransitionJob, tr
 from instances.models import Correlation, InstanceTransition, Job
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
-from instances.orm_store import OrmStore, stored_data
+from instances.orm_store import OrmStore
 from instances.queue import (
     LaneTimeout,
     backoff,
@@ -80,7 +81,6 @@ from instances.run_requests import (
     retry_request,
     transition_request,
 )
-from instances.selectors import state_function, with_state_etag
 from instances.services import (
     InstanceOutcome,
     RequestInfo,
@@ -91,6 +91,7 @@ from instances.services import (
     instance_transition_accept,
     is_update_data,
 )
+from instances.snapshots import stored_data
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,

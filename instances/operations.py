@@ -15,8 +15,9 @@ from django.utils import timezone
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import PipelineFault, PipelineSuperseded
 from instances.models import Incident, Instance, OperatorAction
-from instances.orm_store import FaultToRetry, OrmStore, snapshot_of
+from instances.orm_store import FaultToRetry, OrmStore
 from instances.services import RequestInfo, instance_retry, instance_transition, workflow_definition
+from instances.snapshots import snapshot_of
 from instances.status import InstanceStatus
 from locks.models import ResourceLock
 

@@ -1,37 +1,31 @@
-"""The engine's ports on the Django ORM: the instance store, the component registry, and reads
-of other instances.
+"""The engine's `Store` port on the Django ORM: the instance row, the rows a flush writes with
+it, and the subflow rows a flush writes for another instance.
 
 A flush is one transaction: one guarded UPDATE of the instance (`... WHERE id = %s AND <guard>
 RETURNING ...`; zero rows means the guard failed and nothing is written), then one INSERT per kind
 of row. On PostgreSQL the data patch is merged inside that UPDATE (`vnext_jsonb_merge`), so
-parallel updateData calls never lose each other's keys.
+parallel updateData calls never lose each other's keys; the statements per database are in
+`instances.store_sql`.
 
 Fields the master schema encrypts at rest are sealed here, in the patch a flush writes (the
-history bodies and task journal answers lose this instance's clear values), and opened here,
-in every snapshot built from a row: the database never holds them in clear, the engine always
-works on them in clear (instances/field_encryption.py).
+history bodies and task journal answers lose this instance's clear values), and opened in every
+snapshot built from a row (`instances.snapshots`): the database never holds them in clear, the
+engine always works on them in clear (instances/field_encryption.py).
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DataError, IntegrityError, connection, connections, transaction
-from django.db.models import Field, Q
+from django.db import DataError, IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from instances.changes import instance_changed
-from instances.engine.definition import WorkflowDefinition
 from instances.engine.ports import BusinessKeyTaken, DataChanged, StoreRefused, describe_taker
-from instances.engine.protection import as_stored
 from instances.engine.records import (
     ChildrenEnd,
     ChildStart,
@@ -40,22 +34,14 @@ from instances.engine.records import (
     IncidentRow,
     InstanceSnapshot,
     PendingWrites,
-    TaskRow,
-    TransitionRow,
-    bump_version,
     deep_merge,
     new_etag,
     stage_fault,
 )
-from instances.engine.telemetry import with_request_id
 from instances.field_encryption import (
-    FieldProtection,
-    opened_snapshot,
-    protection_of,
     seal_request,
     sealed_writes,
 )
-from instances.filters import parse_filter, parse_sort
 from instances.job_payloads import FaultToRetry, SubflowEndJob, SubflowResumeJob
 from instances.models import (
     Correlation,
@@ -66,7 +52,8 @@ from instances.models import (
     InstanceTransition,
     Job,
 )
-from instances.queue import job_enqueue, jobs_dispatch, jobs_reschedule, lane_waiting
+from instances.queue import job_enqueue, jobs_dispatch, jobs_reschedule
+from instances.snapshots import INSTANCE_FIELDS, protection_for, snapshot_of, stored_data
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,
@@ -74,96 +61,10 @@ from instances.status import (
     JobStatus,
     TransitionStatus,
 )
+from instances.store_sql import GuardFailed, busy_take, dialect, status_guard_q
 from locks.models import ResourceLock
-from workflows.documents import ComponentKind, ComponentRef
-from workflows.models import Component, DomainReach
 
-_INSTANCE_FIELDS = (
-    "id",
-    "domain",
-    "workflow_key",
-    "workflow_version",
-    "key",
-    "status",
-    "current_state",
-    "effective_state",
-    "effective_state_type",
-    "effective_state_subtype",
-    "etag",
-    "entity_etag",
-    "state_version",
-    "busy_owner",
-    "busy_since",
-    "tags",
-    "stage",
-    "extra",
-    "created_by",
-    "modified_by",
-    "created_at",
-    "updated_at",
-    "completed_at",
-    "parent_correlation_id",
-)
-_VERSION_COLUMNS = ("data_version_major", "data_version_minor", "data_version_patch")
-_SNAPSHOT_COLUMNS = (*_INSTANCE_FIELDS, "data", *_VERSION_COLUMNS)
-_SELECT_COLUMNS = ", ".join(_SNAPSHOT_COLUMNS)
-TIMER_KINDS = ("timer", "timeout")
-_TRANSITION_UPDATE_FIELDS = [
-    "to_state",
-    "status",
-    "error_code",
-    "error_message",
-    "effective_state",
-    "effective_state_type",
-    "effective_state_subtype",
-    "finished_at",
-]
-
-
-def _column(name: str) -> Field[Any, Any]:
-    field = Instance._meta.get_field(name)
-    assert isinstance(field, Field)
-    return field
-
-
-def snapshot_of(row: Instance) -> InstanceSnapshot:
-    """The engine's view of an `Instance` row (its fields encrypted at rest opened)."""
-    values = {name: getattr(row, name) for name in _INSTANCE_FIELDS}
-    return opened(
-        InstanceSnapshot(
-            **values,
-            data=row.data,
-            data_version=(row.data_version_major, row.data_version_minor, row.data_version_patch),
-        )
-    )
-
-
-def protection_for(domain: str, workflow: str, version: str) -> FieldProtection | None:
-    """The fields a workflow version encrypts at rest, or None (also for an unknown one)."""
-    definition = COMPONENTS.workflow(domain, workflow, version)
-    return protection_of(definition, COMPONENTS) if definition is not None else None
-
-
-def opened(snapshot: InstanceSnapshot) -> InstanceSnapshot:
-    """`snapshot` with the sealed fields of its data opened (in place), their tokens kept in
-    `snapshot.sealed`; `Encryption:KeyUnavailable` when the keys cannot open them."""
-    snapshot.sealed = {}
-    protection = protection_for(snapshot.domain, snapshot.workflow_key, snapshot.workflow_version)
-    opened_snapshot(snapshot, protection)
-    return snapshot
-
-
-def stored_data(snapshot: InstanceSnapshot) -> Any:
-    """`snapshot.data` as stored: what another instance is shown (a task's system read, a
-    trigger task's answer) has its fields encrypted at rest as their tokens."""
-    protection = protection_for(snapshot.domain, snapshot.workflow_key, snapshot.workflow_version)
-    if protection is None:
-        return snapshot.data
-    return protection.stored(snapshot.data, snapshot.sealed)
-
-
-class _GuardFailed(Exception):
-    pass
+_TIMER_KINDS = ("timer", "timeout")
 
 
 class OrmStore:
@@ -203,7 +104,7 @@ class OrmStore:
         """Insert `snapshot` Busy for `reservation` and the transition job that owns it, in one
         transaction (an async start). `BusinessKeyTaken` when a live instance has the key."""
         now = timezone.now()
-        values = {name: getattr(snapshot, name) for name in _INSTANCE_FIELDS}
+        values = {name: getattr(snapshot, name) for name in INSTANCE_FIELDS}
         values.update(
             status=InstanceStatus.BUSY,
             busy_owner=reservation,
@@ -339,12 +240,7 @@ class OrmStore:
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
         """Busy owner = `owner` if the instance is Active or Busy (cancel/exit/timeout)."""
         live = [InstanceStatus.ACTIVE, InstanceStatus.BUSY, InstanceStatus.FAULTED]
-        taken = Instance.objects.filter(pk=instance_id, status__in=live).update(
-            status=InstanceStatus.BUSY,
-            busy_owner=owner,
-            busy_since=timezone.now(),
-            etag=new_etag(),
-        )
+        taken = busy_take(instance_id, statuses=live, owner=owner)
         if taken:
             instance_changed(instance_id)
         return self.load(instance_id) if taken else None
@@ -420,7 +316,7 @@ class OrmStore:
                 else:
                     committed, data_changed = sql.update(snapshot, writes, guard)
                 self._write_rows(committed, writes, data_changed)
-        except _GuardFailed:
+        except GuardFailed:
             if guard.data_etag is not None:
                 self._raise_if_only_data_changed(snapshot.id, guard)
             return None
@@ -435,7 +331,7 @@ class OrmStore:
         # A failed guard that carried a data version: when the status part still holds, only
         # the data moved on (another write committed): `DataChanged` with it, so the run derives
         # its patches again; otherwise the instance changed hands (None: 409 as ever).
-        row = Instance.objects.filter(_status_guard_q(guard), pk=instance_id).first()
+        row = Instance.objects.filter(status_guard_q(guard), pk=instance_id).first()
         if row is not None and row.entity_etag != guard.data_etag:
             raise DataChanged(snapshot_of(row))
 
@@ -443,7 +339,7 @@ class OrmStore:
 
     def _insert(self, snapshot: InstanceSnapshot, writes: PendingWrites) -> InstanceSnapshot:
         now = timezone.now()
-        values = {name: getattr(snapshot, name) for name in _INSTANCE_FIELDS}
+        values = {name: getattr(snapshot, name) for name in INSTANCE_FIELDS}
         values.update(writes.instance_fields)
         values.update(created_at=snapshot.created_at or now, updated_at=now)
         row = Instance(**values, data=deep_merge({}, writes.data_patch or {}))
@@ -506,7 +402,7 @@ class OrmStore:
         if writes.cancel_all_timers or writes.cancel_timers_of:
             timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
             if writes.cancel_all_timers:
-                timers = timers.filter(kind__in=TIMER_KINDS)
+                timers = timers.filter(kind__in=_TIMER_KINDS)
             else:
                 timers = timers.filter(kind="timer", state__in=writes.cancel_timers_of)
             timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
@@ -554,7 +450,7 @@ def _start_child(parent_id: uuid.UUID, child: ChildStart) -> None:
         type=child.correlation_type,
         created_at=now,
     )
-    values = {name: getattr(child.instance, name) for name in _INSTANCE_FIELDS}
+    values = {name: getattr(child.instance, name) for name in INSTANCE_FIELDS}
     values.update(
         status=InstanceStatus.BUSY,
         busy_owner=child.reservation,
@@ -618,621 +514,8 @@ def _end_children(parent_id: uuid.UUID, end: ChildrenEnd) -> None:
             )
 
 
-# --- SQL dialects: one object per database vendor, chosen once ------------------------------------
-
-
-def _raw_snapshot(found: Any) -> InstanceSnapshot:
-    # A snapshot from a raw row of `_SELECT_COLUMNS`.
-    values = dict(zip(_SNAPSHOT_COLUMNS, found, strict=True))
-    for name in ("data", "tags", "extra"):
-        # Django's psycopg setup leaves jsonb undecoded for raw cursors.
-        if isinstance(values[name], str):
-            values[name] = json.loads(values[name])
-    major, minor, patch = (values.pop(name) for name in _VERSION_COLUMNS)
-    return opened(InstanceSnapshot(**values, data_version=(major, minor, patch)))
-
-
-class PortableSql:
-    """Instance-row statements any database runs (SQLite in the embedded mode), through the
-    ORM; a read and its guarded write share one transaction (SQLite serialises writers)."""
-
-    def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
-        """The instance `ref` (UUID, or business key: the live instance first) of a workflow."""
-        row = newest_instance(domain, workflow, ref)
-        return snapshot_of(row) if row else None
-
-    def lane_view(self, instance_id: uuid.UUID) -> tuple[InstanceSnapshot | None, list[int]]:
-        """The instance and its write lane's unfinished tickets, oldest first."""
-        row = Instance.objects.filter(pk=instance_id).first()
-        return (snapshot_of(row) if row else None), lane_waiting(instance_id)
-
-    def update(
-        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
-    ) -> tuple[InstanceSnapshot, bool]:
-        """The guarded update of the instance row: the committed instance and whether its data
-        changed; `_GuardFailed` when the guard no longer holds."""
-        queryset = Instance.objects.filter(_status_guard_q(guard), pk=snapshot.id)
-        if guard.data_etag is not None:
-            queryset = queryset.filter(entity_etag=guard.data_etag)
-        row = queryset.first()
-        if row is None:
-            raise _GuardFailed()
-        values: dict[str, Any] = dict(writes.instance_fields)
-        data_changed = False
-        if writes.data_patch:
-            merged = deep_merge(row.data, writes.data_patch)
-            if merged != row.data:
-                data_changed = True
-                version = bump_version(
-                    (row.data_version_major, row.data_version_minor, row.data_version_patch),
-                    writes.version_strategy,
-                )
-                values.update(
-                    data=merged,
-                    entity_etag=new_etag(),
-                    data_version_major=version[0],
-                    data_version_minor=version[1],
-                    data_version_patch=version[2],
-                )
-        values.update(
-            etag=new_etag(),
-            updated_at=timezone.now(),
-            state_version=row.state_version + (1 if writes.bump_state_version else 0),
-        )
-        if queryset.update(**values) != 1:
-            raise _GuardFailed()
-        row.refresh_from_db()
-        return snapshot_of(row), data_changed
-
-    def flushes_in_one(self, writes: PendingWrites) -> bool:
-        """Whether `flush_in_one` can commit `writes`: never, on a portable database."""
-        return False
-
-    def flush_in_one(
-        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
-    ) -> tuple[InstanceSnapshot, bool]:
-        """Only PostgreSQL commits a flush in one statement."""
-        raise NotImplementedError
-
-    def upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
-        """Insert or update history rows by id (a job's re-run updates its own rows)."""
-        InstanceTransition.objects.bulk_create(
-            [InstanceTransition(instance_id=instance_id, **vars(row)) for row in rows],
-            update_conflicts=True,
-            unique_fields=["id"],
-            update_fields=_TRANSITION_UPDATE_FIELDS,
-        )
-
-    def reserve_with_job(
-        self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
-    ) -> bool:
-        """Mark the instance Busy for `reservation` if its status is one of `statuses`, and
-        enqueue the transition job that owns the reservation, together; False when refused."""
-        with transaction.atomic():
-            reserved = Instance.objects.filter(pk=instance_id, status__in=statuses).update(
-                status=InstanceStatus.BUSY,
-                busy_owner=reservation,
-                busy_since=timezone.now(),
-                etag=new_etag(),
-            )
-            if reserved:
-                job_enqueue(kind=JobKind.TRANSITION, instance_id=instance_id, payload=payload)
-        return bool(reserved)
-
-
-class PostgresSql(PortableSql):
-    """The same statements as single round trips on PostgreSQL (`UPDATE ... RETURNING`, the
-    data merged in SQL, one upsert for the history)."""
-
-    def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
-        """One plain SELECT, no model instance: this is on every request's path."""
-        value: uuid.UUID | str
-        try:
-            condition, value = "id = %s", uuid.UUID(ref)
-        except ValueError:
-            condition, value = "key = %s", ref
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {_SELECT_COLUMNS} FROM instances_instance "
-                f"WHERE domain = %s AND workflow_key = %s AND {condition} "
-                "ORDER BY status = 'C', created_at DESC LIMIT 1",
-                [domain, workflow, value],
-            )
-            found = cursor.fetchone()
-        return _raw_snapshot(found) if found is not None else None
-
-    def lane_view(self, instance_id: uuid.UUID) -> tuple[InstanceSnapshot | None, list[int]]:
-        """One SELECT: the instance and its write lane's unfinished tickets, oldest first."""
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {_SELECT_COLUMNS}, ARRAY(SELECT j.id FROM {Job._meta.db_table} j "
-                f"WHERE j.instance_id = i.id AND j.kind = '{JobKind.UPDATE_DATA}' "
-                f"AND j.status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}') ORDER BY j.id) "
-                "FROM instances_instance i WHERE i.id = %s",
-                [instance_id],
-            )
-            found = cursor.fetchone()
-        if found is None:
-            return None, []
-        return _raw_snapshot(found[:-1]), list(found[-1])
-
-    def update(
-        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
-    ) -> tuple[InstanceSnapshot, bool]:
-        """One `UPDATE ... WHERE <guard> RETURNING`, the data patch merged in SQL."""
-        sql, params = self._update_statement(snapshot, writes, guard)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            returned = cursor.fetchone()
-        return self._committed(snapshot, writes, params, returned)
-
-    def flushes_in_one(self, writes: PendingWrites) -> bool:
-        """True when `writes` touch only the instance row, its history rows, its task journal
-        and its data version: `flush_in_one` commits those in one statement."""
-        return not (
-            writes.incidents
-            or writes.jobs
-            or writes.cancel_timers_of
-            or writes.cancel_all_timers
-            or writes.reschedule_timeout is not None
-            or writes.release_locks
-            or writes.resolve_incidents is not None
-            or writes.children
-            or writes.parent_correlation_status is not None
-            or writes.children_end is not None
-        )
-
-    def flush_in_one(
-        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
-    ) -> tuple[InstanceSnapshot, bool]:
-        """The guarded UPDATE, the history upsert and the data-version INSERT as one statement
-        (a CTE: the INSERTs read the UPDATE's row, so they write nothing when the guard fails).
-        In autocommit that is the whole transaction: one round trip, no BEGIN or COMMIT."""
-        update, params = self._update_statement(snapshot, writes, guard)
-        parts = [f"updated AS ({update})"]
-        rows = list(writes.transitions.values())
-        if rows:
-            selects = []
-            for index, row in enumerate(rows):
-                values = dict(vars(row))
-                values["body"] = _TRANSITION_BODY.get_db_prep_save(values["body"], connection)
-                params.update({f"t{index}_{name}": value for name, value in values.items()})
-                casts = ", ".join(
-                    f"%(t{index}_{name})s::{_transition_cast(name)}" for name in values
-                )
-                selects.append(f"SELECT id, {casts} FROM updated")
-            columns = ", ".join(["instance_id", *vars(rows[0])])
-            updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in _TRANSITION_UPDATE_FIELDS)
-            parts.append(
-                f"history AS (INSERT INTO instances_instancetransition ({columns}) "
-                f"{' UNION ALL '.join(selects)} ON CONFLICT (id) DO UPDATE SET {updates})"
-            )
-        if writes.tasks:
-            parts.append(self._task_rows(writes.tasks, params))
-        if writes.data_patch:
-            params["version_transition"] = rows[-1].id if rows else None
-            version = "data_version_major || '.' || data_version_minor || '.' || data_version_patch"
-            missing = ""
-            if writes.version_strategy == "None":
-                # No new version: that version's newest row takes the change; a row is added
-                # only when the version has none yet.
-                parts.append(
-                    "same_version AS (UPDATE instances_instancedataversion v SET data = u.data, "
-                    "patch = vnext_jsonb_merge(v.patch, %(patch)s::jsonb), transition_id = "
-                    "COALESCE(%(version_transition)s::uuid, v.transition_id) FROM updated u "
-                    "WHERE u.entity_etag = %(entity_etag)s AND v.id = (SELECT d.id FROM "
-                    "instances_instancedataversion d WHERE d.instance_id = u.id AND d.version = "
-                    "u.data_version_major || '.' || u.data_version_minor || '.' || "
-                    "u.data_version_patch ORDER BY d.created_at DESC LIMIT 1) "
-                    "RETURNING v.id)"
-                )
-                missing = " AND NOT EXISTS (SELECT 1 FROM same_version)"
-            parts.append(
-                "versions AS (INSERT INTO instances_instancedataversion "
-                "(instance_id, transition_id, version, patch, data, created_at) "
-                f"SELECT id, %(version_transition)s::uuid, {version}, %(patch)s::jsonb, data, "
-                f"%(now)s FROM updated WHERE entity_etag = %(entity_etag)s{missing})"
-            )
-        sql = f"WITH {', '.join(parts)} SELECT id, {_RETURNED} FROM updated"
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            returned = cursor.fetchone()
-        return self._committed(snapshot, writes, params, returned)
-
-    def _task_rows(self, tasks: list[TaskRow], params: dict[str, Any]) -> str:
-        # The task journal rows as a CTE part of `flush_in_one` (`order` is a keyword: quoted).
-        selects = []
-        for index, row in enumerate(tasks):
-            values = dict(vars(row))
-            values["response"] = _TASK_RESPONSE.get_db_prep_save(values["response"], connection)
-            params.update({f"k{index}_{name}": value for name, value in values.items()})
-            casts = ", ".join(f"%(k{index}_{name})s::{_task_cast(name)}" for name in values)
-            selects.append(f"SELECT id, {casts}, %(now)s FROM updated")
-        names = [f'"{name}"' for name in vars(tasks[0])]
-        columns = ", ".join(["instance_id", *names, "created_at"])
-        return (
-            f"tasks AS (INSERT INTO instances_instancetask ({columns}) "
-            f"{' UNION ALL '.join(selects)})"
-        )
-
-    def _update_statement(
-        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
-    ) -> tuple[str, dict[str, Any]]:
-        params: dict[str, Any] = {
-            "id": snapshot.id,
-            "etag": new_etag(),
-            "now": timezone.now(),
-            "state_step": 1 if writes.bump_state_version else 0,
-        }
-        sets = [f"{name} = %(f_{name})s" for name in writes.instance_fields]
-        params.update(
-            {
-                f"f_{name}": _column(name).get_db_prep_save(value, connection)
-                for name, value in writes.instance_fields.items()
-            }
-        )
-        if writes.data_patch:
-            merged = "vnext_jsonb_merge(data, %(patch)s::jsonb)"
-            changed = f"({merged} IS DISTINCT FROM data)"
-            major, minor, patch = bump_version((0, 0, 0), writes.version_strategy)
-            params.update(
-                patch=json.dumps(writes.data_patch),
-                entity_etag=new_etag(),
-                d_major=major,
-                d_minor=minor,
-                d_patch=patch,
-            )
-            sets += [
-                f"data = {merged}",
-                f"entity_etag = CASE WHEN {changed} THEN %(entity_etag)s ELSE entity_etag END",
-                f"data_version_major = CASE WHEN {changed} "
-                "THEN data_version_major + %(d_major)s ELSE data_version_major END",
-                f"data_version_minor = CASE WHEN {changed} AND %(d_major)s > 0 THEN 0 "
-                f"WHEN {changed} THEN data_version_minor + %(d_minor)s ELSE data_version_minor END",
-                f"data_version_patch = CASE WHEN {changed} AND (%(d_major)s > 0 "
-                f"OR %(d_minor)s > 0) THEN 0 WHEN {changed} "
-                "THEN data_version_patch + %(d_patch)s ELSE data_version_patch END",
-            ]
-        sets += [
-            "state_version = state_version + %(state_step)s",
-            "etag = %(etag)s",
-            "updated_at = %(now)s",
-        ]
-        condition, guard_params = _guard_sql(guard)
-        params.update(guard_params)
-        sql = (
-            f"UPDATE instances_instance SET {', '.join(sets)} "
-            f"WHERE id = %(id)s AND {condition} RETURNING id, {_RETURNED}"
-        )
-        return sql, params
-
-    def _committed(
-        self,
-        snapshot: InstanceSnapshot,
-        writes: PendingWrites,
-        params: dict[str, Any],
-        returned: Any,
-    ) -> tuple[InstanceSnapshot, bool]:
-        if returned is None:
-            raise _GuardFailed()
-        _, data, major_v, minor_v, patch_v, entity_etag, state_version, status = returned
-        data = json.loads(data) if isinstance(data, str) else data
-        committed = _with(snapshot, writes.instance_fields)
-        committed.data = data
-        opened(committed)
-        committed.data_version = (major_v, minor_v, patch_v)
-        committed.entity_etag, committed.state_version = entity_etag, state_version
-        committed.status, committed.etag = status, params["etag"]
-        data_changed = bool(writes.data_patch) and entity_etag == params.get("entity_etag")
-        return committed, data_changed
-
-    def upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
-        """One `INSERT ... ON CONFLICT (id) DO UPDATE` for all the rows."""
-        columns = ["instance_id", *vars(rows[0])]
-        updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in _TRANSITION_UPDATE_FIELDS)
-        sql = (
-            f"INSERT INTO instances_instancetransition ({', '.join(columns)}) "
-            f"VALUES ({', '.join(['%s'] * len(columns))}) "
-            f"ON CONFLICT (id) DO UPDATE SET {updates}"
-        )
-        body = InstanceTransition._meta.get_field("body")
-        params = []
-        for row in rows:
-            values = dict(vars(row))
-            values["body"] = body.get_db_prep_save(values["body"], connection)
-            params.append([instance_id, *values.values()])
-        with connection.cursor() as cursor:
-            cursor.executemany(sql, params)
-
-    def reserve_with_job(
-        self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
-    ) -> bool:
-        """The admission CAS and the job row in one statement: the job exists exactly when the
-        reservation does, and the accept costs one round trip."""
-        now = timezone.now()
-        params: dict[str, Any] = {
-            "id": instance_id,
-            "statuses": [str(status) for status in statuses],
-            "reservation": reservation,
-            "now": now,
-            "etag": new_etag(),
-            "kind": JobKind.TRANSITION,
-            "payload": json.dumps(with_request_id(payload), cls=DjangoJSONEncoder),
-        }
-        with connection.cursor() as cursor:
-            cursor.execute(_RESERVE_WITH_JOB, params)
-            created = cursor.fetchone()
-        if created is None:
-            return False
-        job_id, run_at = created
-        transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
-        return True
-
-
-# What the guarded UPDATE returns, in the order `PostgresSql._committed` reads it.
-_RETURNED = (
-    "data, data_version_major, data_version_minor, data_version_patch, entity_etag, "
-    "state_version, status"
-)
-_TRANSITION_BODY = InstanceTransition._meta.get_field("body")
-_TASK_RESPONSE = InstanceTask._meta.get_field("response")
-
-
-@functools.cache
-def _transition_cast(name: str) -> str:
-    # The column's type, so a NULL parameter is typed too (`SELECT %s::timestamptz ...`).
-    return str(InstanceTransition._meta.get_field(name).db_type(connection))
-
-
-@functools.cache
-def _task_cast(name: str) -> str:
-    # `transition_id` is the foreign key `transition`: its type is the history row's id type.
-    return str(InstanceTask._meta.get_field(name.removesuffix("_id")).db_type(connection))
-
-
-_RESERVE_WITH_JOB = f"""
-WITH reserved AS (
-    UPDATE {Instance._meta.db_table}
-    SET status = 'B', busy_owner = %(reservation)s, busy_since = %(now)s, etag = %(etag)s
-    WHERE id = %(id)s AND status = ANY(%(statuses)s)
-    RETURNING id
-)
-INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, status, attempts,
-                                  lease_owner, last_error, created_at, updated_at)
-SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(now)s, %(now)s
-FROM reserved
-RETURNING id, run_at
-"""
-
-
-@functools.cache
-def _dialect_for(vendor: str) -> PortableSql:
-    return PostgresSql() if vendor == "postgresql" else PortableSql()
-
-
-def dialect() -> PortableSql:
-    """The SQL dialect of the default database, chosen once per vendor."""
-    return _dialect_for(connection.vendor)
-
-
-def _guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
-    condition, params = _status_guard_sql(guard)
-    if guard.data_etag is not None:
-        condition += " AND entity_etag = %(guard_data_etag)s"
-        params["guard_data_etag"] = guard.data_etag
-    return condition, params
-
-
-def _status_guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
-    if guard.kind is GuardKind.OPTIMISTIC:
-        return "status = 'A' AND state_version = %(guard_version)s", {
-            "guard_version": guard.state_version
-        }
-    if guard.kind is GuardKind.OWNER:
-        return "status = 'B' AND busy_owner = %(guard_owner)s", {"guard_owner": guard.owner}
-    if guard.kind is GuardKind.FAULTED:
-        return "status = 'F'", {}
-    return "status <> 'C'", {}
-
-
-def _status_guard_q(guard: Guard) -> Q:
-    """The guard's condition but its data version, as a queryset filter."""
-    if guard.kind is GuardKind.OPTIMISTIC:
-        condition = Q(status=InstanceStatus.ACTIVE, state_version=guard.state_version)
-    elif guard.kind is GuardKind.OWNER:
-        condition = Q(status=InstanceStatus.BUSY, busy_owner=guard.owner)
-    elif guard.kind is GuardKind.FAULTED:
-        condition = Q(status=InstanceStatus.FAULTED)
-    else:
-        condition = ~Q(status=InstanceStatus.COMPLETED)
-    return condition
-
-
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def _with(snapshot: InstanceSnapshot, fields: dict[str, Any]) -> InstanceSnapshot:
-    committed = InstanceSnapshot(**vars(snapshot))
-    for name, value in fields.items():
-        setattr(committed, name, value)
-    return committed
-
-
-class RegistryComponents:
-    """`Components` over the registry. Published versions are immutable, so exact versions
-    are cached in-process for good; "newest" lookups always ask the database."""
-
-    _SIZE = 1024
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._documents: OrderedDict[ComponentRef, dict[str, Any] | None] = OrderedDict()
-        self._workflows: OrderedDict[ComponentRef, WorkflowDefinition] = OrderedDict()
-
-    def clear(self) -> None:
-        """Forget every cached document (tests reset the registry between cases)."""
-        with self._lock:
-            self._documents.clear()
-            self._workflows.clear()
-
-    def workflow(self, domain: str, key: str, version: str | None) -> WorkflowDefinition | None:
-        """The workflow at `version` (newest when None), or None."""
-        if version is None:
-            newest = (
-                Component.objects.filter(kind=ComponentKind.WORKFLOW, domain=domain, key=key)
-                .order_by(
-                    "-version_major", "-version_minor", "-version_patch", "-version_is_release"
-                )
-                .values_list("version", flat=True)
-                .first()
-            )
-            if newest is None:
-                return None
-            version = newest
-        ref = ComponentRef(ComponentKind.WORKFLOW, domain, key, version)
-        with self._lock:
-            cached = self._workflows.get(ref)
-        if cached is not None:
-            return cached
-        document = self._document(ref)
-        if document is None:
-            return None
-        definition = WorkflowDefinition(document)
-        with self._lock:
-            self._workflows[ref] = definition
-            if len(self._workflows) > self._SIZE:
-                self._workflows.popitem(last=False)
-        return definition
-
-    def component(self, kind: str, reference: dict[str, Any]) -> dict[str, Any] | None:
-        """The document a `{key, domain, flow, version}` reference names, or None."""
-        ref = ComponentRef.from_reference(reference)
-        if ref is None or ref.kind != kind:
-            return None
-        return self._document(ref)
-
-    def _document(self, ref: ComponentRef) -> dict[str, Any] | None:
-        with self._lock:
-            if ref in self._documents:
-                return self._documents[ref]
-        document = (
-            Component.objects.filter(
-                kind=ref.kind, domain=ref.domain, key=ref.key, version=ref.version
-            )
-            .values_list("document", flat=True)
-            .first()
-        )
-        if document is not None:  # a missing component may be published later: not cached
-            with self._lock:
-                self._documents[ref] = document
-                if len(self._documents) > self._SIZE:
-                    self._documents.popitem(last=False)
-        return document
-
-
-# The process's registry: the engine's (instances/wiring.py), and the one the store finds each
-# workflow's sealed fields in.
-COMPONENTS = RegistryComponents()
-
-
-def instance_lookup(domain: str, workflow: str, ref: str) -> Q:
-    """The filter for `{instance}` in a path: the instance UUID, or its business key."""
-    base = Q(domain=domain, workflow_key=workflow)
-    try:
-        return base & Q(pk=uuid.UUID(ref))
-    except ValueError:
-        return base & Q(key=ref)
-
-
-def newest_instance(domain: str, workflow: str, ref: str) -> Instance | None:
-    """The newest instance of a workflow matching `ref` (UUID or business key), or None."""
-    return (
-        Instance.objects.filter(instance_lookup(domain, workflow, ref))
-        .order_by("-created_at")
-        .first()
-    )
-
-
-class OrmInstanceReader:
-    """`InstanceReader` for the Get-instance(s) task types."""
-
-    def instance(
-        self, domain: str, workflow: str, ref: str, *, asked_by: uuid.UUID | None = None
-    ) -> dict[str, Any] | None:
-        """`{id, key, status, state, data}` of one instance, or None. Its fields encrypted at
-        rest are clear only when it is the instance asking (`asked_by`: its engine has them
-        in clear already); any other instance's stay sealed."""
-        row = newest_instance(domain, workflow, ref)
-        if row is None:
-            return None
-        return _public(row, clear=asked_by is not None and row.pk == asked_by)
-
-    def may_reach(self, domain: str, workflow: str, target_domain: str) -> bool:
-        """A `DomainReach` row grants the workflow (or its whole domain) `target_domain`."""
-        return DomainReach.objects.filter(
-            domain=domain, workflow__in=[workflow, ""], target_domain=target_domain
-        ).exists()
-
-    def instances(
-        self,
-        domain: str,
-        workflow: str,
-        *,
-        filter_text: str | dict[str, Any] | list[Any] | None,
-        page: int,
-        page_size: int,
-        sort: str | None = None,
-    ) -> list[dict[str, Any]]:
-        """A page of instances, newest first unless `sort` says otherwise; `filter_text` in
-        the list API's query language (a string in any of its forms, a task config's JSON
-        filter object, or a list of them that must all hold)."""
-        queryset = Instance.objects.filter(domain=domain, workflow_key=workflow)
-        sealed = sealed_paths(domain, workflow) if filter_text or sort else frozenset()
-        filters = filter_text if isinstance(filter_text, list) else [filter_text]
-        for one in filters:
-            queryset = queryset.filter(parse_filter(one or None, sealed=sealed))
-        terms = parse_sort(sort, sealed=sealed) if sort else []
-        queryset = queryset.order_by(*terms, "-created_at", "-id")
-        start = (max(page, 1) - 1) * page_size
-        return [_public(row, clear=False) for row in queryset[start : start + page_size]]
-
-    def release_thread(self) -> None:
-        """Close the worker thread's database connections."""
-        connections.close_all()
-
-
-def _public(row: Instance, *, clear: bool) -> dict[str, Any]:
-    protection = protection_for(row.domain, row.workflow_key, row.workflow_version)
-    if protection is None:
-        data = row.data
-    elif clear:
-        data = protection.open(row.data, instance_id=row.pk)[0]
-    else:
-        data = as_stored(row.data, protection.paths)  # nothing opened: no key needed
-    return {
-        "id": str(row.id),
-        "key": row.key,
-        "status": row.status,
-        "state": row.current_state,
-        "data": data,
-        "createdAt": row.created_at.isoformat(),
-    }
-
-
-def sealed_paths(domain: str, workflow: str) -> frozenset[tuple[str, ...]]:
-    """The data paths any published version of a workflow encrypts at rest: a filter or sort
-    there would compare cipher text (refused with `invalid_column`). The versions come from
-    the registry (an instance is pinned to one), never from a scan of the instances."""
-    versions = Component.objects.filter(
-        kind=ComponentKind.WORKFLOW, domain=domain, key=workflow
-    ).values_list("version", flat=True)
-    found: set[tuple[str, ...]] = set()
-    for version in versions:
-        protection = protection_for(domain, workflow, version)
-        if protection is not None:
-            found |= protection.paths
-    return frozenset(found)
 
 
 def subprocess_correlation_create(

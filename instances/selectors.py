@@ -1,47 +1,31 @@
-"""Instance reads: listing, history, incidents and the built-in functions (state, data, view,
-schema) of API.md section 3."""
+"""Instance reads: listing (the query language, the caller's visibility), history, incidents,
+the active SubFlow chain and correlations, and the data a caller is shown. The built-in
+functions (state, data, view, schema) are `instances.builtin_functions`."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar, cast
+from typing import Any
 
-from django.core.cache import cache
 from django.db.models import CharField, Max, Q, QuerySet, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce
 from django.db.models.lookups import In
 
 from instances.engine.definition import (
-    DEFAULT_FALLBACK_SECONDS,
-    StateDef,
-    TransitionDef,
-    TransitionKind,
     WorkflowDefinition,
-    schema_reference,
 )
 from instances.engine.errors import Codes, VNextError
 from instances.engine.overrides import NO_OVERRIDES, OVERRIDES_KEY, SubflowOverrides
 from instances.engine.pipeline import MAX_CHAIN_DEPTH
 from instances.engine.records import InstanceSnapshot, waiting_child
 from instances.engine.roles import Caller, allowed
-from instances.engine.view_selection import (
-    ViewChoice,
-    is_conditional,
-    names_a_view,
-    select_view,
-    view_slot,
-)
 from instances.engine.visibility import (
     has_field_rules,
-    label_of,
     shown_data,
-    state_value,
     unreadable_paths,
 )
 from instances.filters import (
@@ -69,18 +53,14 @@ from instances.models import (
     Instance,
     InstanceDataVersion,
     InstanceTransition,
-    Job,
 )
-from instances.orm_store import opened, protection_for, sealed_paths, snapshot_of
+from instances.snapshots import opened, sealed_paths, snapshot_of
 from instances.status import (
     CorrelationStatus,
     InstanceStatus,
-    JobKind,
-    JobStatus,
-    Trigger,
 )
 from instances.wiring import engine
-from vnext.conf import header_deny_list, schema_hash_salt, vnext_setting
+from vnext.conf import schema_hash_salt, vnext_setting
 from workflows.documents import ComponentKind
 from workflows.models import Component
 
@@ -380,19 +360,19 @@ def listed_attributes(row: Instance, caller: Caller) -> Any:
     )
 
 
-def instance_by_id(instance_id: uuid.UUID) -> InstanceSnapshot | None:
+def instance_get(*, instance_id: uuid.UUID) -> InstanceSnapshot | None:
     """Any instance by id, whatever its workflow (a forwarded transition's subflow), or None."""
     return engine().store.load(instance_id)
 
 
-def instance_history(instance: InstanceSnapshot) -> list[InstanceTransition]:
+def transition_list(*, instance: InstanceSnapshot) -> list[InstanceTransition]:
     """Every transition attempt of an instance, oldest first."""
     return list(
         InstanceTransition.objects.filter(instance_id=instance.id).order_by("started_at", "id")
     )
 
 
-def active_incident(instance: InstanceSnapshot) -> dict[str, Any] | None:
+def incident_active_get(*, instance: InstanceSnapshot) -> dict[str, Any] | None:
     """The newest open incident, as the API shows it, or None."""
     row = (
         Incident.objects.filter(instance_id=instance.id, resolved=False)
@@ -413,7 +393,7 @@ def incident_block(instance: InstanceSnapshot, incident: dict[str, Any] | None) 
     }
 
 
-def active_incidents(instance_ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+def incident_active_list(*, instance_ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
     """The newest open incident of each of `instance_ids` that has one (one query), for listings
     that must agree with `GET instance` and the state function."""
     newest: dict[uuid.UUID, dict[str, Any]] = {}
@@ -425,8 +405,8 @@ def active_incidents(instance_ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str,
     return newest
 
 
-def incident_page(
-    instance: InstanceSnapshot, page: int, page_size: int
+def incident_list(
+    *, instance: InstanceSnapshot, page: int, page_size: int
 ) -> tuple[list[Incident], bool]:
     """A page of the instance's incidents, newest first, and whether another page follows."""
     start = (page - 1) * page_size
@@ -438,7 +418,7 @@ def incident_page(
     return rows[:page_size], len(rows) > page_size
 
 
-def newest_transition_id(instance: InstanceSnapshot) -> uuid.UUID | None:
+def transition_newest_id_get(*, instance: InstanceSnapshot) -> uuid.UUID | None:
     """The id of the instance's newest history row, if any."""
     row = (
         InstanceTransition.objects.filter(instance_id=instance.id)
@@ -471,18 +451,6 @@ def incident_body(row: Incident) -> dict[str, Any]:
     }
 
 
-def _href(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *parts])
-
-
-def _transition_kind(transition: TransitionDef) -> str | None:
-    return {
-        TransitionKind.CANCEL: "cancel",
-        TransitionKind.EXIT: "exit",
-        TransitionKind.UPDATE_DATA: "updateData",
-    }.get(transition.kind)
-
-
 @dataclass(frozen=True)
 class SubflowLevel:
     """One level of an instance's active SubFlow chain: the waiting parent and its child."""
@@ -492,7 +460,7 @@ class SubflowLevel:
     child: InstanceSnapshot
 
 
-def subflow_chain(instance: InstanceSnapshot) -> list[SubflowLevel]:
+def subflow_level_list(*, instance: InstanceSnapshot) -> list[SubflowLevel]:
     """The active SubFlow chain below `instance`, top to leaf (empty when it waits for none)."""
     levels: list[SubflowLevel] = []
     current = instance
@@ -507,19 +475,8 @@ def subflow_chain(instance: InstanceSnapshot) -> list[SubflowLevel]:
     return levels
 
 
-def with_state_etag(body: dict[str, Any]) -> dict[str, Any]:
-    """Stamp the state function's body with its eTag: a digest of everything else in it, so it
-    changes exactly when what a client sees changes (state, status, transitions, timers,
-    correlations, the incident block) and not on data-only writes."""
-    content = {key: value for key, value in body.items() if key != "eTag"}
-    digest = hashlib.sha256(
-        json.dumps(content, sort_keys=True, separators=(",", ":"), default=str).encode()
-    )
-    return {**content, "eTag": digest.hexdigest()[:32]}
-
-
-def active_correlations(
-    instance: InstanceSnapshot, levels: list[SubflowLevel]
+def correlation_active_list(
+    *, instance: InstanceSnapshot, levels: list[SubflowLevel]
 ) -> list[dict[str, Any]]:
     """`activeCorrelations` of the state function (API.md 3): each open SubFlow level, top to
     leaf, then the open SubProcesses the instance started."""
@@ -555,132 +512,6 @@ def _correlation_entry(
     }
 
 
-def state_function(
-    definition: WorkflowDefinition,
-    instance: InstanceSnapshot,
-    base: str,
-    *,
-    correlations: list[dict[str, Any]] | None = None,
-    data_base: str | None = None,
-    roles: frozenset[str] | None = None,
-    languages: list[str] | None = None,
-    headers: dict[str, str] | None = None,
-    query: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """`functions/state`: where the instance is and what a client can do next. For a parent
-    waiting on a SubFlow chain the caller passes the leaf (the only state a client acts on),
-    the chain as `correlations`, and the leaf's own path as `data_base`.
-
-    With the caller's `roles` (instance-relative ones included; a parent's SubFlow role
-    overrides replace the definition's) only the transitions they may fire are listed, `state`
-    is masked by the state's alias and the long-poll `interaction` shows only to callers its
-    roles allow; labels are given in the first of `languages` that has one. The `view` block
-    describes what the view function would serve this request (`headers`, `query`: what view
-    rules read)."""
-    wanted = languages or []
-    state = definition.states.get(instance.current_state)
-    state_labels = (state.raw.get("labels") if state else None) or []
-    view = chosen_view(definition, instance, None, roles=roles, headers=headers, query=query)
-    overrides = instance.overrides
-    transitions: list[dict[str, Any]] = []
-    live = instance.status != InstanceStatus.COMPLETED
-    faulted = instance.status == InstanceStatus.FAULTED
-    for transition in definition.available_transitions(instance.current_state) if live else []:
-        if transition.trigger_type != Trigger.MANUAL:
-            continue
-        if faulted and transition.kind not in (TransitionKind.CANCEL, TransitionKind.EXIT):
-            continue  # a faulted instance runs nothing else until it is retried
-        if roles is not None and not transition.allows(instance.current_state, roles, overrides):
-            continue
-        target_key = transition.resolved_target(instance.current_state)
-        target = definition.states.get(target_key)
-        entry: dict[str, Any] = {
-            "name": transition.key,
-            "href": _href(base, "transitions", transition.key),
-            "label": label_of(transition.raw.get("labels"), wanted, transition.key),
-            "labels": transition.raw.get("labels") or [],
-            "target": _state_ref(target, target_key, wanted),
-            "view": {
-                # Named, not chosen: the rules of a conditional view run when it is asked for.
-                "hasView": names_a_view(transition.raw.get("view")),
-                "href": _href(base, f"functions/view?transitionKey={transition.key}"),
-                **_extensions_block(transition.raw.get("view")),
-            },
-            "schema": {
-                "hasSchema": bool(transition.raw.get("schema")),
-                "href": _href(base, f"functions/schema?transitionKey={transition.key}"),
-            },
-        }
-        kind = _transition_kind(transition)
-        if kind:
-            entry["kind"] = kind
-        transitions.append(entry)
-    if faulted:
-        transitions.append({"name": "retry", "href": _href(base, "retry"), "kind": "retry"})
-    timers = Job.objects.filter(
-        instance_id=instance.id, kind=JobKind.TIMER, status=JobStatus.PENDING
-    ).order_by("run_at")
-    for job in timers:
-        key = str(job.payload.get("transition", ""))
-        transitions.append(
-            {
-                "name": key,
-                "href": _href(base, "transitions", key),
-                "kind": "scheduled",
-                "executeAtUtc": job.run_at.isoformat().replace("+00:00", "Z"),
-            }
-        )
-    incident = active_incident(instance)
-    own = data_base or base
-    body: dict[str, Any] = {
-        "data": {"href": _data_href(own, (state.raw.get("view") if state else None))},
-        "view": {
-            "hasView": view is not None,
-            "loadData": view.load_data if view is not None else False,
-            "href": _href(own, "functions/view"),
-            **_view_labels(view.reference if view is not None else None, wanted),
-            **_extensions_block(state.raw.get("view") if state else None),
-        },
-        "state": state_value(state, instance.current_state, roles or frozenset(), wanted),
-        "label": label_of(state_labels, wanted, instance.current_state),
-        "labels": state_labels,
-        "status": str(instance.status),
-        "stateType": instance.effective_state_type,
-        "stateSubType": instance.effective_state_subtype,
-        "activeCorrelations": correlations or [],
-        "transitions": transitions,
-        "incident": incident_block(instance, incident),
-    }
-    deadline = (
-        Job.objects.filter(instance_id=instance.id, kind=JobKind.TIMEOUT, status=JobStatus.PENDING)
-        .values_list("run_at", flat=True)
-        .first()
-    )
-    long_poll = state.long_poll if state is not None else None
-    if long_poll is not None and (roles is None or allowed(long_poll.get("roles"), roles)):
-        terminate = bool(long_poll.get("terminate"))
-        body["interaction"] = {
-            "terminateLongPoll": terminate,
-            "fallbackTimeoutSeconds": int(
-                long_poll.get("fallbackTimeoutSeconds") or DEFAULT_FALLBACK_SECONDS
-            ),
-        }
-        if terminate:
-            body["interaction"]["ack"] = {"href": _href(data_base or base, "longpoll/ack")}
-    timeout = definition.timeout_for(instance.extra)
-    if timeout is not None and live and deadline is not None:
-        body["timeout"] = {
-            "key": timeout.key,
-            "target": timeout.target,
-            "targetState": _state_ref(
-                definition.states.get(timeout.target), timeout.target, wanted
-            ),
-            "labels": timeout.raw.get("labels") or [],
-            "executeAtUtc": deadline.isoformat().replace("+00:00", "Z"),
-        }
-    return body
-
-
 def master_schema(definition: WorkflowDefinition) -> dict[str, Any] | None:
     """The workflow's master schema (`attributes.schema`) when it holds field rules (`x-roles`,
     `x-masking`, `x-encryption`); None when the data is shown as stored."""
@@ -708,116 +539,7 @@ def shown_attributes(
     return shown_data(schema, instance.data, roles, salt=schema_hash_salt(), tokens=instance.sealed)
 
 
-def view_extensions(view: Any) -> list[str]:
-    """The extensions a state's or transition's view definition asks for (`extensions` of its
-    plain form, of its default and of its rules), in order, each once."""
-    if not isinstance(view, dict):
-        return []
-    rules = view.get("rules")
-    entries = [view, view.get("default"), *(rules if isinstance(rules, list) else [])]
-    names = [
-        name
-        for entry in entries
-        if isinstance(entry, dict) and isinstance(entry.get("extensions"), list)
-        for name in entry["extensions"]
-        if isinstance(name, str) and name
-    ]
-    return list(dict.fromkeys(names))
-
-
-def _extensions_block(view: Any) -> dict[str, Any]:
-    # A view block names the extensions its view asks for, when it asks for any: the client
-    # loads them with the data (`functions/data?extensions=...`).
-    names = view_extensions(view)
-    return {"extensions": names} if names else {}
-
-
-def _data_href(base: str, state_view: Any) -> str:
-    """The state function's data link: with `?extensions=` for the state view's extensions
-    (vNext: the data is loaded with what the view asks for)."""
-    names = view_extensions(state_view)
-    href = _href(base, "functions/data")
-    return f"{href}?extensions={','.join(names)}" if names else href
-
-
-def _view_labels(reference: Any, languages: list[str]) -> dict[str, Any]:
-    """`label`/`labels` of the view component a state or transition names (none: `{}`)."""
-    if not isinstance(reference, dict):
-        return {}
-    document = engine().components.component("view", reference) or {}
-    labels = (document.get("attributes") or {}).get("labels") or []
-    if not labels:
-        return {}
-    return {"label": label_of(labels, languages, str(reference.get("key", ""))), "labels": labels}
-
-
-def _state_ref(state: StateDef | None, key: str, languages: list[str]) -> dict[str, Any]:
-    labels = (state.raw.get("labels") if state else None) or []
-    return {
-        "key": key,
-        "stateType": state.state_type if state else None,
-        "stateSubType": state.sub_type if state else None,
-        "label": label_of(labels, languages, key),
-        "labels": labels,
-    }
-
-
-def data_function(
-    instance: InstanceSnapshot, shown: Any = None, *, etag: str | None = None
-) -> dict[str, Any]:
-    """`functions/data`: `shown` is the data the caller may see (default: as stored)."""
-    data = instance.data if shown is None else shown
-    return {"data": data, "eTag": etag or instance.entity_etag, "extensions": {}}
-
-
-T = TypeVar("T")
-
-
-def function_cached(
-    definition: WorkflowDefinition,
-    instance: InstanceSnapshot,
-    function: str,
-    roles: Any,
-    variant: tuple[Any, ...],
-    compute: Callable[[], T],
-) -> T:
-    """A built-in function's answer (data, view, schema) from Django's cache while the instance
-    is unchanged (seed 001 "Config (Built-in Function Cache)"): kept for the workflow's
-    `config.functionCache.ttlSeconds`, else `VNEXT["FUNCTION_CACHE_SECONDS"]` (0: no cache),
-    per caller's roles and the query that shapes it. Any write to the instance changes its
-    ETag, and an entry made for another ETag is never served."""
-    ttl = function_cache_seconds(definition)
-    if ttl <= 0:
-        return compute()
-    if function == "data" and protection_for(
-        instance.domain, instance.workflow_key, instance.workflow_version
-    ):
-        # The answer may hold fields encrypted at rest in clear (for their exemption roles):
-        # never in a cache, which may be a shared server.
-        return compute()
-    who = json.dumps([sorted(roles) if roles is not None else None, *variant], default=str)
-    digest = hashlib.sha256(who.encode()).hexdigest()[:24]
-    key = f"vnext:function:{function}:{instance.id}:{digest}"
-    cached = cache.get(key)
-    if isinstance(cached, tuple) and len(cached) == 2 and cached[0] == instance.etag:
-        return cast(T, cached[1])
-    value = compute()
-    cache.set(key, (instance.etag, value), ttl)
-    return value
-
-
-def function_cache_seconds(definition: WorkflowDefinition) -> float:
-    """The TTL of a workflow's built-in function answers: its positive
-    `config.functionCache.ttlSeconds`, else the host default."""
-    config = definition.attributes.get("config")
-    tuning = config.get("functionCache") if isinstance(config, dict) else None
-    ttl = tuning.get("ttlSeconds") if isinstance(tuning, dict) else None
-    if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0:
-        return float(ttl)
-    return float(vnext_setting("FUNCTION_CACHE_SECONDS"))
-
-
-def data_at_version(instance: InstanceSnapshot, version: str) -> InstanceSnapshot | None:
+def instance_at_version_get(*, instance: InstanceSnapshot, version: str) -> InstanceSnapshot | None:
     """The instance as it was when its data had `version` (`1.0.3`), or None when the data
     never had that version."""
     row = (
@@ -827,118 +549,3 @@ def data_at_version(instance: InstanceSnapshot, version: str) -> InstanceSnapsho
         .first()
     )
     return None if row is None else opened(replace(instance, data=row.data))
-
-
-def _transition_for_function(
-    definition: WorkflowDefinition, instance: InstanceSnapshot, key: str | None
-) -> TransitionDef | None:
-    if not key:
-        return None
-    transition = definition.transition_for(instance.current_state, key)
-    if transition is None:
-        raise VNextError(
-            Codes.TRANSITION_NOT_FOUND,
-            f"no transition {key!r} in state {instance.current_state!r}",
-            instance_id=str(instance.id),
-        )
-    return transition
-
-
-def chosen_view(
-    definition: WorkflowDefinition,
-    instance: InstanceSnapshot,
-    transition_key: str | None,
-    *,
-    roles: frozenset[str] | None = None,
-    headers: dict[str, str] | None = None,
-    query: dict[str, Any] | None = None,
-) -> ViewChoice | None:
-    """The view the view function serves: the transition's (`transitionKey`; 404 when the
-    state has no such transition), else a wizard state's manual transition's the caller may
-    fire, else the state's; a conditional view's first rule that holds for this request (the
-    rules see `headers` without credentials and `query`), else its default; the instance's
-    SubFlow view override applied. None when there is no view."""
-    transition = _transition_for_function(definition, instance, transition_key)
-    slot = view_slot(definition, instance, transition, roles)
-    return select_view(
-        engine().scripts,
-        definition,
-        instance,
-        slot,
-        headers=header_deny_list().strip(headers),
-        query=query,
-        configuration=engine().config.script_configuration,
-    )
-
-
-def view_variant(
-    definition: WorkflowDefinition,
-    instance: InstanceSnapshot,
-    transition_key: str | None,
-    *,
-    roles: frozenset[str] | None,
-    headers: dict[str, str] | None,
-    query: dict[str, Any] | None,
-) -> tuple[Any, ...]:
-    """What a view function answer depends on beside the instance and the caller's roles (its
-    function-cache key): the transition and platform asked, and for a conditional view every
-    header (no credentials) and query parameter its rules could read."""
-    query = query or {}
-    variant: tuple[Any, ...] = (transition_key, query.get("platform"))
-    transition = _transition_for_function(definition, instance, transition_key)
-    if is_conditional(view_slot(definition, instance, transition, roles).definition):
-        variant += (sorted(header_deny_list().strip(headers).items()), sorted(query.items()))
-    return variant
-
-
-def view_function(
-    definition: WorkflowDefinition,
-    instance: InstanceSnapshot,
-    transition_key: str | None,
-    *,
-    roles: frozenset[str] | None = None,
-    headers: dict[str, str] | None = None,
-    query: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """`functions/view`: the view `chosen_view` picks. 404 when there is none (a conditional
-    view none of whose rules holds, without a default, included)."""
-    choice = chosen_view(
-        definition, instance, transition_key, roles=roles, headers=headers, query=query
-    )
-    document = engine().components.component("view", choice.reference) if choice else None
-    if document is None:
-        transition = _transition_for_function(definition, instance, transition_key)
-        slot = view_slot(definition, instance, transition, roles)
-        detail = (
-            "no view rule holds for this request and the view has no default"
-            if choice is None and is_conditional(slot.definition)
-            else "no view here"
-        )
-        raise VNextError(Codes.APP_NOT_FOUND, detail, instance_id=str(instance.id))
-    attributes = document.get("attributes") or {}
-    return {
-        "key": document.get("key"),
-        "content": attributes.get("content"),
-        "type": attributes.get("type"),
-        "display": attributes.get("display"),
-        "label": attributes.get("labels") or attributes.get("label"),
-    }
-
-
-def schema_function(
-    definition: WorkflowDefinition, instance: InstanceSnapshot, transition_key: str | None
-) -> dict[str, Any]:
-    """`functions/schema?transitionKey=`: the transition's (or master) schema; 404 if none."""
-    transition = _transition_for_function(definition, instance, transition_key)
-    reference = schema_reference(
-        (transition.raw if transition else definition.attributes).get("schema")
-    )
-    document = engine().components.component("schema", reference) if reference else None
-    if document is None:
-        raise VNextError(Codes.APP_NOT_FOUND, "no schema here", instance_id=str(instance.id))
-    attributes = document.get("attributes") or {}
-    return {
-        "key": document.get("key"),
-        "type": attributes.get("type"),
-        "schema": attributes.get("schema"),
-    }

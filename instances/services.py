@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from instances.archive import archived_instance
+from instances.archive import archived_instance_get
 from instances.engine.definition import (
     TransitionDef,
     TransitionKind,
@@ -643,7 +643,7 @@ def instance_snapshot(*, domain: str, workflow: str, ref: str) -> InstanceSnapsh
     it was archived (the error block says where it went), or 404 `Instance:100017`."""
     found = _store.find(domain, workflow, ref)
     if found is None:
-        tombstone = archived_instance(domain, workflow, ref)
+        tombstone = archived_instance_get(domain=domain, workflow=workflow, ref=ref)
         if tombstone is not None:
             raise VNextError(
                 Codes.INSTANCE_ARCHIVED,

@@ -8,7 +8,9 @@ from functools import cache
 from django.utils.module_loading import import_string
 
 from instances.engine.pipeline import Engine, EngineConfig
-from instances.orm_store import COMPONENTS, OrmInstanceReader, OrmStore
+from instances.instance_reader import OrmInstanceReader
+from instances.orm_store import OrmStore
+from instances.registry import COMPONENTS
 from locks.store import OrmLocks
 from vnext.conf import vnext_setting
 

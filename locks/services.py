@@ -4,18 +4,12 @@ release is an operator action: `instances.operations.lock_force_release`)."""
 from __future__ import annotations
 
 import logging
-import uuid
 
 from django.utils import timezone
 
 from locks.models import ResourceLock
 
 logger = logging.getLogger("vnext.locks")
-
-
-def locks_release_all(*, owner: uuid.UUID) -> int:
-    """Release every lock `owner` holds; idempotent. Returns how many rows went."""
-    return ResourceLock.objects.filter(owner=owner).delete()[0]
 
 
 def locks_sweep_expired() -> int:

@@ -38,6 +38,15 @@ from instances.api.serializers import (
     StateFunctionSerializer,
     ViewFunctionSerializer,
 )
+from instances.builtin_functions import (
+    data_function,
+    function_cached,
+    schema_function,
+    state_function,
+    view_function,
+    view_variant,
+    with_state_etag,
+)
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, Violation, VNextError
 from instances.engine.functions import ReadKind
@@ -48,18 +57,11 @@ from instances.extensions import extensions_etag
 from instances.filters import MAX_FILTER_LENGTH
 from instances.functions import declared_function, function_allows
 from instances.selectors import (
-    active_correlations,
-    data_at_version,
-    data_function,
-    function_cached,
+    correlation_active_list,
+    instance_at_version_get,
     instance_matches,
-    schema_function,
     shown_attributes,
-    state_function,
-    subflow_chain,
-    view_function,
-    view_variant,
-    with_state_etag,
+    subflow_level_list,
 )
 from instances.services import instance_snapshot, workflow_definition
 from vnext.openapi import ACCEPT_LANGUAGE, IF_NONE_MATCH, responses
@@ -100,9 +102,9 @@ def _state_function(
                 "wait must be a number of seconds (0 or more)",
                 [Violation("/wait", "a number of seconds, 0 or more")],
             )
-    levels = subflow_chain(snapshot)
+    levels = subflow_level_list(instance=snapshot)
     base = request.path.rsplit("/functions/", 1)[0]
-    correlations = active_correlations(snapshot, levels)
+    correlations = correlation_active_list(instance=snapshot, levels=levels)
     leaf, leaf_definition, data_base = snapshot, definition, None
     if levels:
         leaf = levels[-1].child
@@ -137,7 +139,7 @@ def _data_function(
         # A parent waiting on a SubFlow chain answers with the data of the leaf its state
         # function describes (vNext: the leaf is what a client drives, through the parent's
         # URL); `GET` instance keeps the parent's own data.
-        levels = subflow_chain(snapshot)
+        levels = subflow_level_list(instance=snapshot)
         if levels:
             snapshot = levels[-1].child
             definition = workflow_definition(
@@ -158,7 +160,7 @@ def _data_function(
             [Violation("/version", f"a data version of at most {MAX_VERSION_LENGTH}")],
         )
     # The data as of one of its versions (`null` for one it never had): history, so no ETag.
-    past = data_at_version(snapshot, version)
+    past = instance_at_version_get(instance=snapshot, version=version)
     shown = shown_attributes(definition, past, roles) if past is not None else None
     extensions = shown_extensions(request, definition, snapshot, ReadKind.INSTANCE, requested)
     return Response(data_function(snapshot, shown) | {"data": shown, "extensions": extensions})

@@ -34,7 +34,7 @@ from channels.layers import get_channel_layer
 from instances.changes import group_name, serving_in
 from instances.engine.errors import Codes, Violation
 from instances.engine.telemetry import LONG_POLL_WAITING, LONG_POLLS
-from instances.selectors import instance_by_id, subflow_chain
+from instances.selectors import instance_get, subflow_level_list
 from instances.services import instance_snapshot
 from vnext.conf import vnext_setting
 from vnext.exception_handler import PROBLEM_JSON, problem_body
@@ -273,9 +273,9 @@ def watched_instances(scope: Scope) -> list[uuid.UUID]:
         domain=match["domain"], workflow=match["workflow"], ref=match["instance"]
     )
     ids = [instance.id]
-    for level in subflow_chain(instance):
+    for level in subflow_level_list(instance=instance):
         ids.append(level.child.id)
-    return [i for i in ids if instance_by_id(i) is not None]
+    return [i for i in ids if instance_get(instance_id=i) is not None]
 
 
 def _bad_wait() -> Answer:

@@ -38,13 +38,13 @@ from instances.filters import MAX_FILTER_LENGTH, MAX_OPERAND_LENGTH, OPERATORS, 
 from instances.selectors import (
     Groups,
     Page,
-    active_incident,
+    incident_active_get,
     incident_body,
-    incident_page,
-    instance_history,
+    incident_list,
     instance_list,
     readable_instances,
     shown_attributes,
+    transition_list,
 )
 from instances.services import instance_snapshot, workflow_definition
 from vnext.conf import vnext_setting
@@ -133,7 +133,7 @@ class InstanceDetailView(ApiView):
         if not_modified(request, etag):
             response = with_etags(Response(status=status.HTTP_304_NOT_MODIFIED), snapshot)
             return with_etag(response, etag)
-        body = instance_detail(snapshot, active_incident(snapshot))
+        body = instance_detail(snapshot, incident_active_get(instance=snapshot))
         body["attributes"] = shown_attributes(definition, snapshot, roles)
         body["extensions"] = extensions
         return with_etag(with_etags(Response(body), snapshot), etag)
@@ -269,7 +269,7 @@ class InstanceHistoryView(ApiView):
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """Every transition attempt, oldest first."""
         snapshot = readable_snapshot(request, domain, workflow, instance)
-        return Response({"items": [history_row(row) for row in instance_history(snapshot)]})
+        return Response({"items": [history_row(row) for row in transition_list(instance=snapshot)]})
 
 
 class InstanceIncidentListView(ApiView):
@@ -290,10 +290,10 @@ class InstanceIncidentListView(ApiView):
         page, size = parse_page(
             request.query_params.get("page"), request.query_params.get("pageSize")
         )
-        rows, has_next = incident_page(snapshot, page, size)
+        rows, has_next = incident_list(instance=snapshot, page=page, page_size=size)
         return Response(
             {
-                "hasActiveIncident": active_incident(snapshot) is not None,
+                "hasActiveIncident": incident_active_get(instance=snapshot) is not None,
                 "items": [incident_body(row) for row in rows],
                 "page": page,
                 "pageSize": size,
@@ -317,7 +317,7 @@ class InstanceActiveIncidentView(ApiView):
     def get(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """The newest open incident; 404 `Instance:100037` (a normal answer) when none."""
         snapshot = readable_snapshot(request, domain, workflow, instance)
-        incident = active_incident(snapshot)
+        incident = incident_active_get(instance=snapshot)
         if incident is None:
             raise VNextError(
                 Codes.NO_ACTIVE_INCIDENT,

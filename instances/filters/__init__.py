@@ -2,7 +2,8 @@
 (`doc/en/flow/instance-filtering.md`): the `filter` parameter (GraphQL-style JSON, the legacy
 `field=operator:value`, and this runtime's text form), `groupBy` with aggregations, `sort` /
 `orderBy`, and `page` / `pageSize`. Bad input raises `VNextError` with the `invalid_filter`,
-`unsupported_operator` or `invalid_column` code; `language` parses, `sql` builds the queries.
+`unsupported_operator` or `invalid_column` code; `language` parses into the `tree`, `sql` builds
+the queries.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from typing import Any
 from django.db.models import Q
 from django.db.models.expressions import OrderBy
 
-from instances.filters.language import (
+from instances.filters.language import parse_query, parse_sort_keys
+from instances.filters.paging import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, parse_page
+from instances.filters.sql import Sealed, check_sealed, filter_q, grouped, sort_terms
+from instances.filters.tree import (
     ATTRIBUTES_PREFIX,
     MAX_FILTER_LENGTH,
     MAX_OPERAND_LENGTH,
@@ -22,11 +26,7 @@ from instances.filters.language import (
     SortKey,
     data_paths,
     invalid,
-    parse_query,
-    parse_sort_keys,
 )
-from instances.filters.paging import DEFAULT_PAGE_SIZE, MAX_PAGE, MAX_PAGE_SIZE, parse_page
-from instances.filters.sql import Sealed, check_sealed, filter_q, grouped, sort_terms
 
 __all__ = [
     "ATTRIBUTES_PREFIX",

@@ -33,8 +33,8 @@ from django.db.models.lookups import (
 )
 from django.db.models.sql.compiler import SQLCompiler
 
-from instances.filters.language import Column, SortKey, invalid
 from instances.filters.sql import _data_at
+from instances.filters.tree import Column, SortKey, invalid
 from instances.models import Instance
 
 CURSOR_VERSION = 1

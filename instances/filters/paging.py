@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from instances.filters.language import invalid
+from instances.filters.tree import invalid
 
 MAX_PAGE = 1000
 MAX_PAGE_SIZE = 100

@@ -78,6 +78,12 @@ from django.db.models.sql.compiler import SQLCompiler
 
 from instances.filters.language import (
     INSTANT_PATTERN,
+    boolean_in,
+    json_type,
+    number_in,
+    parse_instant,
+)
+from instances.filters.tree import (
     MAX_GROUPS,
     TEXT_MATCH_OPERATORS,
     AllOf,
@@ -90,12 +96,8 @@ from instances.filters.language import (
     Node,
     SortKey,
     Target,
-    boolean_in,
     invalid,
     invalid_column,
-    json_type,
-    number_in,
-    parse_instant,
 )
 from instances.status import STATE_SUBTYPE_NAMES, STATE_TYPE_NAMES
 
@@ -424,11 +426,9 @@ def _sort_term(key: SortKey) -> str | OrderBy:
 # --- groupBy ---------------------------------------------------------------------------------
 
 
-class _GroupKey(Func):
-    """The JSON text of the value at a data path; SQL NULL for a missing key or JSON null, so
-    that both fall in one group."""
-
-    output_field = TextField()
+class _AtDataPath(Func):
+    """A value read at a data path, in each database's JSON dialect (`_postgresql`, `_sqlite`
+    get the compiled `data` column and its parameters)."""
 
     def __init__(self, path: tuple[str, ...]) -> None:
         super().__init__(F("data"))
@@ -438,42 +438,47 @@ class _GroupKey(Func):
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
     ) -> tuple[str, tuple[Any, ...]]:
         (column,) = self.get_source_expressions()
-        sql, params = compiler.compile(column)
-        return f"NULLIF(({sql} #> %s)::text, 'null')", (*params, list(self.path))
+        return self._postgresql(*compiler.compile(column))
 
     def as_sqlite(
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
     ) -> tuple[str, tuple[Any, ...]]:
         (column,) = self.get_source_expressions()
-        sql, params = compiler.compile(column)
+        return self._sqlite(*compiler.compile(column))
+
+    def _postgresql(self, sql: str, params: Any) -> tuple[str, tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _sqlite(self, sql: str, params: Any) -> tuple[str, tuple[Any, ...]]:
+        raise NotImplementedError
+
+
+class _GroupKey(_AtDataPath):
+    """The JSON text of the value at a data path; SQL NULL for a missing key or JSON null, so
+    that both fall in one group."""
+
+    output_field = TextField()
+
+    def _postgresql(self, sql: str, params: Any) -> tuple[str, tuple[Any, ...]]:
+        return f"NULLIF(({sql} #> %s)::text, 'null')", (*params, list(self.path))
+
+    def _sqlite(self, sql: str, params: Any) -> tuple[str, tuple[Any, ...]]:
         return f"NULLIF({sql} -> %s, 'null')", (*params, compile_json_path(self.path))
 
 
-class _NumberAt(Func):
+class _NumberAt(_AtDataPath):
     """The number at a data path; SQL NULL for anything else (aggregations skip it)."""
 
     output_field = DecimalField()
 
-    def __init__(self, path: tuple[str, ...]) -> None:
-        super().__init__(F("data"))
-        self.path = path
-
-    def as_postgresql(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        (column,) = self.get_source_expressions()
-        sql, params = compiler.compile(column)
+    def _postgresql(self, sql: str, params: Any) -> tuple[str, tuple[Any, ...]]:
         path = list(self.path)
         return (
             f"(CASE WHEN jsonb_typeof({sql} #> %s) = 'number' THEN ({sql} #> %s)::numeric END)",
             (*params, path, *params, path),
         )
 
-    def as_sqlite(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        (column,) = self.get_source_expressions()
-        sql, params = compiler.compile(column)
+    def _sqlite(self, sql: str, params: Any) -> tuple[str, tuple[Any, ...]]:
         path = compile_json_path(self.path)
         return (
             f"(CASE WHEN JSON_TYPE({sql}, %s) IN ('integer', 'real') "

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from instances.archive import TABLES
+from instances.instance_rows import TABLES
 from instances.models import Incident, Instance, Job, OperatorAction
 from tests.instances.workflows import ping_pong, publish
 

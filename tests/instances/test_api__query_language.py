@@ -14,9 +14,9 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import pytest
 
 from instances.filters import OPERATORS
+from instances.instance_reader import OrmInstanceReader
 from instances.job_handlers import jobs_run_due
 from instances.models import Instance
-from instances.orm_store import OrmInstanceReader
 from tests.engine.builders import script, state, transition, workflow
 from tests.instances.workflows import publish
 

@@ -20,7 +20,8 @@ from django.core.management import call_command
 from django.db import connection, transaction
 
 from instances.filters import parse_filter, parse_sort
-from instances.indexes import ALL_WORKFLOWS, Access, index_plan
+from instances.index_plans import index_plan
+from instances.indexes import ALL_WORKFLOWS, Access
 from instances.models import Instance
 from tests.instances.indexed import (
     BASE,

@@ -15,16 +15,16 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
 
-from instances import indexes
+from instances import index_plans, indexes
 from instances.filters.language import INSTANT_PATTERN
-from instances.indexes import (
+from instances.index_plans import (
     ApplyRefused,
     IndexState,
     TrigramState,
     index_apply,
     index_plan,
-    indexed_fields,
 )
+from instances.indexes import indexed_fields
 from tests.instances.indexed import (
     DOMAIN,
     FIELDS,
@@ -57,7 +57,7 @@ def built() -> Any:
     drop_search_indexes()
 
 
-def field_specs(plan: indexes.IndexPlan) -> dict[tuple[str, str], indexes.PlannedIndex]:
+def field_specs(plan: index_plans.IndexPlan) -> dict[tuple[str, str], index_plans.PlannedIndex]:
     return {
         (item.spec.target, str(item.spec.serves)): item
         for item in plan.indexes
@@ -279,7 +279,7 @@ def test_indexes_a_new_version_no_longer_marks_are_obsolete_and_dropped_on_reque
 
 @pytest.mark.django_db(transaction=True)
 def test_without_pg_trgm_the_trigram_indexes_are_skipped_and_said_so(built, monkeypatch):
-    monkeypatch.setattr(indexes, "_trigram_state", lambda: TrigramState.UNAVAILABLE)
+    monkeypatch.setattr(index_plans, "_trigram_state", lambda: TrigramState.UNAVAILABLE)
     publish_indexed()
     plan = index_plan()
     skipped = {item.spec.name for item in plan.indexes if item.state is IndexState.SKIPPED}
@@ -310,7 +310,7 @@ def test_apply_refuses_a_transaction_and_a_second_run_beside_the_first(built):
         autocommit=True,
     )
     try:
-        other.execute("SELECT pg_advisory_lock(%s)", [indexes._APPLY_LOCK])
+        other.execute("SELECT pg_advisory_lock(%s)", [index_plans._APPLY_LOCK])
         with pytest.raises(ApplyRefused, match="another indexes_apply"):
             index_apply(plan, report=lambda line: None)
     finally:

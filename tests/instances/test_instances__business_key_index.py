@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from instances.models import Instance
-from instances.orm_store import instance_lookup
+from instances.snapshots import instance_lookup
 from tests.instances.indexed import BASE, make_instances, publish_indexed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]

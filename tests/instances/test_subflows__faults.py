@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from instances.models import Correlation, Incident, Instance
-from instances.orm_store import RegistryComponents
+from instances.registry import RegistryComponents
 from instances.wiring import engine
 from tests.engine.builders import script, script_task, state, transition, workflow
 from tests.instances.scenario_api import WorkflowApi

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from instances.indexes import IndexesUnsupported, IndexPlan, index_plan
+from instances.index_plans import IndexesUnsupported, IndexPlan, index_plan
 
 
 def add_workflow_option(parser: CommandParser) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from instances.indexes import ApplyRefused, index_apply
+from instances.index_plans import ApplyRefused, index_apply
 from instances.management.commands._index_options import add_workflow_option, selected_plan
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from instances.indexes import plan_sql
+from instances.index_plans import plan_sql
 from instances.management.commands._index_options import add_workflow_option, selected_plan
 
 

@@ -1,0 +1,90 @@
+"""The component registry as the engine reads it (the `Components` port): published workflow
+versions and the documents they reference, cached in-process (published versions are immutable).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from instances.engine.definition import WorkflowDefinition
+from workflows.documents import ComponentKind, ComponentRef
+from workflows.models import Component
+
+
+class RegistryComponents:
+    """`Components` over the registry. Published versions are immutable, so exact versions
+    are cached in-process for good; "newest" lookups always ask the database."""
+
+    _SIZE = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._documents: OrderedDict[ComponentRef, dict[str, Any] | None] = OrderedDict()
+        self._workflows: OrderedDict[ComponentRef, WorkflowDefinition] = OrderedDict()
+
+    def clear(self) -> None:
+        """Forget every cached document (tests reset the registry between cases)."""
+        with self._lock:
+            self._documents.clear()
+            self._workflows.clear()
+
+    def workflow(self, domain: str, key: str, version: str | None) -> WorkflowDefinition | None:
+        """The workflow at `version` (newest when None), or None."""
+        if version is None:
+            newest = (
+                Component.objects.filter(kind=ComponentKind.WORKFLOW, domain=domain, key=key)
+                .order_by(
+                    "-version_major", "-version_minor", "-version_patch", "-version_is_release"
+                )
+                .values_list("version", flat=True)
+                .first()
+            )
+            if newest is None:
+                return None
+            version = newest
+        ref = ComponentRef(ComponentKind.WORKFLOW, domain, key, version)
+        with self._lock:
+            cached = self._workflows.get(ref)
+        if cached is not None:
+            return cached
+        document = self._document(ref)
+        if document is None:
+            return None
+        definition = WorkflowDefinition(document)
+        with self._lock:
+            self._workflows[ref] = definition
+            if len(self._workflows) > self._SIZE:
+                self._workflows.popitem(last=False)
+        return definition
+
+    def component(self, kind: str, reference: dict[str, Any]) -> dict[str, Any] | None:
+        """The document a `{key, domain, flow, version}` reference names, or None."""
+        ref = ComponentRef.from_reference(reference)
+        if ref is None or ref.kind != kind:
+            return None
+        return self._document(ref)
+
+    def _document(self, ref: ComponentRef) -> dict[str, Any] | None:
+        with self._lock:
+            if ref in self._documents:
+                return self._documents[ref]
+        document = (
+            Component.objects.filter(
+                kind=ref.kind, domain=ref.domain, key=ref.key, version=ref.version
+            )
+            .values_list("document", flat=True)
+            .first()
+        )
+        if document is not None:  # a missing component may be published later: not cached
+            with self._lock:
+                self._documents[ref] = document
+                if len(self._documents) > self._SIZE:
+                    self._documents.popitem(last=False)
+        return document
+
+
+# The process's registry: the engine's (instances/wiring.py), and the one the store finds each
+# workflow's sealed fields in.
+COMPONENTS = RegistryComponents()

@@ -1,0 +1,496 @@
+"""The instance-row statements of the ORM store, one object per database vendor, chosen once
+(`dialect()`): `PortableSql` runs them through the ORM on any database (SQLite in the embedded
+mode), `PostgresSql` as single round trips (`UPDATE ... WHERE <guard> RETURNING`, the data patch
+merged in SQL by `vnext_jsonb_merge`, a whole flush in one CTE when it touches only the
+instance's own rows). A guard that no longer holds raises `GuardFailed`; nothing is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, transaction
+from django.db.models import Field, Q
+from django.utils import timezone
+
+from instances.engine.records import (
+    Guard,
+    GuardKind,
+    InstanceSnapshot,
+    PendingWrites,
+    TaskRow,
+    TransitionRow,
+    bump_version,
+    deep_merge,
+    new_etag,
+)
+from instances.engine.telemetry import with_request_id
+from instances.models import (
+    Instance,
+    InstanceTask,
+    InstanceTransition,
+    Job,
+)
+from instances.queue import job_enqueue, jobs_dispatch, lane_waiting
+from instances.snapshots import SELECT_COLUMNS, newest_instance, opened, raw_snapshot, snapshot_of
+from instances.status import (
+    InstanceStatus,
+    JobKind,
+    JobStatus,
+)
+
+_TRANSITION_UPDATE_FIELDS = [
+    "to_state",
+    "status",
+    "error_code",
+    "error_message",
+    "effective_state",
+    "effective_state_type",
+    "effective_state_subtype",
+    "finished_at",
+]
+
+
+class GuardFailed(Exception):
+    """The guarded UPDATE matched no row: the instance changed hands (or its data moved on)."""
+
+
+def _column(name: str) -> Field[Any, Any]:
+    field = Instance._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
+class PortableSql:
+    """Instance-row statements any database runs (SQLite in the embedded mode), through the
+    ORM; a read and its guarded write share one transaction (SQLite serialises writers)."""
+
+    def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
+        """The instance `ref` (UUID, or business key: the live instance first) of a workflow."""
+        row = newest_instance(domain, workflow, ref)
+        return snapshot_of(row) if row else None
+
+    def lane_view(self, instance_id: uuid.UUID) -> tuple[InstanceSnapshot | None, list[int]]:
+        """The instance and its write lane's unfinished tickets, oldest first."""
+        row = Instance.objects.filter(pk=instance_id).first()
+        return (snapshot_of(row) if row else None), lane_waiting(instance_id)
+
+    def update(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        """The guarded update of the instance row: the committed instance and whether its data
+        changed; `GuardFailed` when the guard no longer holds."""
+        queryset = Instance.objects.filter(status_guard_q(guard), pk=snapshot.id)
+        if guard.data_etag is not None:
+            queryset = queryset.filter(entity_etag=guard.data_etag)
+        row = queryset.first()
+        if row is None:
+            raise GuardFailed()
+        values: dict[str, Any] = dict(writes.instance_fields)
+        data_changed = False
+        if writes.data_patch:
+            merged = deep_merge(row.data, writes.data_patch)
+            if merged != row.data:
+                data_changed = True
+                version = bump_version(
+                    (row.data_version_major, row.data_version_minor, row.data_version_patch),
+                    writes.version_strategy,
+                )
+                values.update(
+                    data=merged,
+                    entity_etag=new_etag(),
+                    data_version_major=version[0],
+                    data_version_minor=version[1],
+                    data_version_patch=version[2],
+                )
+        values.update(
+            etag=new_etag(),
+            updated_at=timezone.now(),
+            state_version=row.state_version + (1 if writes.bump_state_version else 0),
+        )
+        if queryset.update(**values) != 1:
+            raise GuardFailed()
+        row.refresh_from_db()
+        return snapshot_of(row), data_changed
+
+    def flushes_in_one(self, writes: PendingWrites) -> bool:
+        """Whether `flush_in_one` can commit `writes`: never, on a portable database."""
+        return False
+
+    def flush_in_one(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        """Only PostgreSQL commits a flush in one statement."""
+        raise NotImplementedError
+
+    def upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
+        """Insert or update history rows by id (a job's re-run updates its own rows)."""
+        InstanceTransition.objects.bulk_create(
+            [InstanceTransition(instance_id=instance_id, **vars(row)) for row in rows],
+            update_conflicts=True,
+            unique_fields=["id"],
+            update_fields=_TRANSITION_UPDATE_FIELDS,
+        )
+
+    def reserve_with_job(
+        self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
+    ) -> bool:
+        """Mark the instance Busy for `reservation` if its status is one of `statuses`, and
+        enqueue the transition job that owns the reservation, together; False when refused."""
+        with transaction.atomic():
+            reserved = busy_take(instance_id, statuses=statuses, owner=reservation)
+            if reserved:
+                job_enqueue(kind=JobKind.TRANSITION, instance_id=instance_id, payload=payload)
+        return reserved
+
+
+class PostgresSql(PortableSql):
+    """The same statements as single round trips on PostgreSQL (`UPDATE ... RETURNING`, the
+    data merged in SQL, one upsert for the history)."""
+
+    def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
+        """One plain SELECT, no model instance: this is on every request's path."""
+        value: uuid.UUID | str
+        try:
+            condition, value = "id = %s", uuid.UUID(ref)
+        except ValueError:
+            condition, value = "key = %s", ref
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {SELECT_COLUMNS} FROM instances_instance "
+                f"WHERE domain = %s AND workflow_key = %s AND {condition} "
+                "ORDER BY status = 'C', created_at DESC LIMIT 1",
+                [domain, workflow, value],
+            )
+            found = cursor.fetchone()
+        return raw_snapshot(found) if found is not None else None
+
+    def lane_view(self, instance_id: uuid.UUID) -> tuple[InstanceSnapshot | None, list[int]]:
+        """One SELECT: the instance and its write lane's unfinished tickets, oldest first."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {SELECT_COLUMNS}, ARRAY(SELECT j.id FROM {Job._meta.db_table} j "
+                f"WHERE j.instance_id = i.id AND j.kind = '{JobKind.UPDATE_DATA}' "
+                f"AND j.status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}') ORDER BY j.id) "
+                "FROM instances_instance i WHERE i.id = %s",
+                [instance_id],
+            )
+            found = cursor.fetchone()
+        if found is None:
+            return None, []
+        return raw_snapshot(found[:-1]), list(found[-1])
+
+    def update(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        """One `UPDATE ... WHERE <guard> RETURNING`, the data patch merged in SQL."""
+        sql, params = self._update_statement(snapshot, writes, guard)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            returned = cursor.fetchone()
+        return self._committed(snapshot, writes, params, returned)
+
+    def flushes_in_one(self, writes: PendingWrites) -> bool:
+        """True when `writes` touch only the instance row, its history rows, its task journal
+        and its data version: `flush_in_one` commits those in one statement."""
+        return not (
+            writes.incidents
+            or writes.jobs
+            or writes.cancel_timers_of
+            or writes.cancel_all_timers
+            or writes.reschedule_timeout is not None
+            or writes.release_locks
+            or writes.resolve_incidents is not None
+            or writes.children
+            or writes.parent_correlation_status is not None
+            or writes.children_end is not None
+        )
+
+    def flush_in_one(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[InstanceSnapshot, bool]:
+        """The guarded UPDATE, the history upsert and the data-version INSERT as one statement
+        (a CTE: the INSERTs read the UPDATE's row, so they write nothing when the guard fails).
+        In autocommit that is the whole transaction: one round trip, no BEGIN or COMMIT."""
+        update, params = self._update_statement(snapshot, writes, guard)
+        parts = [f"updated AS ({update})"]
+        rows = list(writes.transitions.values())
+        if rows:
+            selects = []
+            for index, row in enumerate(rows):
+                values = dict(vars(row))
+                values["body"] = _TRANSITION_BODY.get_db_prep_save(values["body"], connection)
+                params.update({f"t{index}_{name}": value for name, value in values.items()})
+                casts = ", ".join(
+                    f"%(t{index}_{name})s::{_transition_cast(name)}" for name in values
+                )
+                selects.append(f"SELECT id, {casts} FROM updated")
+            columns = ", ".join(["instance_id", *vars(rows[0])])
+            updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in _TRANSITION_UPDATE_FIELDS)
+            parts.append(
+                f"history AS (INSERT INTO instances_instancetransition ({columns}) "
+                f"{' UNION ALL '.join(selects)} ON CONFLICT (id) DO UPDATE SET {updates})"
+            )
+        if writes.tasks:
+            parts.append(self._task_rows(writes.tasks, params))
+        if writes.data_patch:
+            params["version_transition"] = rows[-1].id if rows else None
+            version = "data_version_major || '.' || data_version_minor || '.' || data_version_patch"
+            missing = ""
+            if writes.version_strategy == "None":
+                # No new version: that version's newest row takes the change; a row is added
+                # only when the version has none yet.
+                parts.append(
+                    "same_version AS (UPDATE instances_instancedataversion v SET data = u.data, "
+                    "patch = vnext_jsonb_merge(v.patch, %(patch)s::jsonb), transition_id = "
+                    "COALESCE(%(version_transition)s::uuid, v.transition_id) FROM updated u "
+                    "WHERE u.entity_etag = %(entity_etag)s AND v.id = (SELECT d.id FROM "
+                    "instances_instancedataversion d WHERE d.instance_id = u.id AND d.version = "
+                    "u.data_version_major || '.' || u.data_version_minor || '.' || "
+                    "u.data_version_patch ORDER BY d.created_at DESC LIMIT 1) "
+                    "RETURNING v.id)"
+                )
+                missing = " AND NOT EXISTS (SELECT 1 FROM same_version)"
+            parts.append(
+                "versions AS (INSERT INTO instances_instancedataversion "
+                "(instance_id, transition_id, version, patch, data, created_at) "
+                f"SELECT id, %(version_transition)s::uuid, {version}, %(patch)s::jsonb, data, "
+                f"%(now)s FROM updated WHERE entity_etag = %(entity_etag)s{missing})"
+            )
+        sql = f"WITH {', '.join(parts)} SELECT id, {_RETURNED} FROM updated"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            returned = cursor.fetchone()
+        return self._committed(snapshot, writes, params, returned)
+
+    def _task_rows(self, tasks: list[TaskRow], params: dict[str, Any]) -> str:
+        # The task journal rows as a CTE part of `flush_in_one` (`order` is a keyword: quoted).
+        selects = []
+        for index, row in enumerate(tasks):
+            values = dict(vars(row))
+            values["response"] = _TASK_RESPONSE.get_db_prep_save(values["response"], connection)
+            params.update({f"k{index}_{name}": value for name, value in values.items()})
+            casts = ", ".join(f"%(k{index}_{name})s::{_task_cast(name)}" for name in values)
+            selects.append(f"SELECT id, {casts}, %(now)s FROM updated")
+        names = [f'"{name}"' for name in vars(tasks[0])]
+        columns = ", ".join(["instance_id", *names, "created_at"])
+        return (
+            f"tasks AS (INSERT INTO instances_instancetask ({columns}) "
+            f"{' UNION ALL '.join(selects)})"
+        )
+
+    def _update_statement(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[str, dict[str, Any]]:
+        params: dict[str, Any] = {
+            "id": snapshot.id,
+            "etag": new_etag(),
+            "now": timezone.now(),
+            "state_step": 1 if writes.bump_state_version else 0,
+        }
+        sets = [f"{name} = %(f_{name})s" for name in writes.instance_fields]
+        params.update(
+            {
+                f"f_{name}": _column(name).get_db_prep_save(value, connection)
+                for name, value in writes.instance_fields.items()
+            }
+        )
+        if writes.data_patch:
+            merged = "vnext_jsonb_merge(data, %(patch)s::jsonb)"
+            changed = f"({merged} IS DISTINCT FROM data)"
+            major, minor, patch = bump_version((0, 0, 0), writes.version_strategy)
+            params.update(
+                patch=json.dumps(writes.data_patch),
+                entity_etag=new_etag(),
+                d_major=major,
+                d_minor=minor,
+                d_patch=patch,
+            )
+            sets += [
+                f"data = {merged}",
+                f"entity_etag = CASE WHEN {changed} THEN %(entity_etag)s ELSE entity_etag END",
+                f"data_version_major = CASE WHEN {changed} "
+                "THEN data_version_major + %(d_major)s ELSE data_version_major END",
+                f"data_version_minor = CASE WHEN {changed} AND %(d_major)s > 0 THEN 0 "
+                f"WHEN {changed} THEN data_version_minor + %(d_minor)s ELSE data_version_minor END",
+                f"data_version_patch = CASE WHEN {changed} AND (%(d_major)s > 0 "
+                f"OR %(d_minor)s > 0) THEN 0 WHEN {changed} "
+                "THEN data_version_patch + %(d_patch)s ELSE data_version_patch END",
+            ]
+        sets += [
+            "state_version = state_version + %(state_step)s",
+            "etag = %(etag)s",
+            "updated_at = %(now)s",
+        ]
+        condition, guard_params = _guard_sql(guard)
+        params.update(guard_params)
+        sql = (
+            f"UPDATE instances_instance SET {', '.join(sets)} "
+            f"WHERE id = %(id)s AND {condition} RETURNING id, {_RETURNED}"
+        )
+        return sql, params
+
+    def _committed(
+        self,
+        snapshot: InstanceSnapshot,
+        writes: PendingWrites,
+        params: dict[str, Any],
+        returned: Any,
+    ) -> tuple[InstanceSnapshot, bool]:
+        if returned is None:
+            raise GuardFailed()
+        _, data, major_v, minor_v, patch_v, entity_etag, state_version, status = returned
+        data = json.loads(data) if isinstance(data, str) else data
+        committed = _with(snapshot, writes.instance_fields)
+        committed.data = data
+        opened(committed)
+        committed.data_version = (major_v, minor_v, patch_v)
+        committed.entity_etag, committed.state_version = entity_etag, state_version
+        committed.status, committed.etag = status, params["etag"]
+        data_changed = bool(writes.data_patch) and entity_etag == params.get("entity_etag")
+        return committed, data_changed
+
+    def upsert_transitions(self, instance_id: uuid.UUID, rows: list[TransitionRow]) -> None:
+        """One `INSERT ... ON CONFLICT (id) DO UPDATE` for all the rows."""
+        columns = ["instance_id", *vars(rows[0])]
+        updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in _TRANSITION_UPDATE_FIELDS)
+        sql = (
+            f"INSERT INTO instances_instancetransition ({', '.join(columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))}) "
+            f"ON CONFLICT (id) DO UPDATE SET {updates}"
+        )
+        body = InstanceTransition._meta.get_field("body")
+        params = []
+        for row in rows:
+            values = dict(vars(row))
+            values["body"] = body.get_db_prep_save(values["body"], connection)
+            params.append([instance_id, *values.values()])
+        with connection.cursor() as cursor:
+            cursor.executemany(sql, params)
+
+    def reserve_with_job(
+        self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
+    ) -> bool:
+        """The admission CAS and the job row in one statement: the job exists exactly when the
+        reservation does, and the accept costs one round trip."""
+        now = timezone.now()
+        params: dict[str, Any] = {
+            "id": instance_id,
+            "statuses": [str(status) for status in statuses],
+            "reservation": reservation,
+            "now": now,
+            "etag": new_etag(),
+            "kind": JobKind.TRANSITION,
+            "payload": json.dumps(with_request_id(payload), cls=DjangoJSONEncoder),
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(_RESERVE_WITH_JOB, params)
+            created = cursor.fetchone()
+        if created is None:
+            return False
+        job_id, run_at = created
+        transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
+        return True
+
+
+# What the guarded UPDATE returns, in the order `PostgresSql._committed` reads it.
+_RETURNED = (
+    "data, data_version_major, data_version_minor, data_version_patch, entity_etag, "
+    "state_version, status"
+)
+_TRANSITION_BODY = InstanceTransition._meta.get_field("body")
+_TASK_RESPONSE = InstanceTask._meta.get_field("response")
+
+
+@functools.cache
+def _transition_cast(name: str) -> str:
+    # The column's type, so a NULL parameter is typed too (`SELECT %s::timestamptz ...`).
+    return str(InstanceTransition._meta.get_field(name).db_type(connection))
+
+
+@functools.cache
+def _task_cast(name: str) -> str:
+    # `transition_id` is the foreign key `transition`: its type is the history row's id type.
+    return str(InstanceTask._meta.get_field(name.removesuffix("_id")).db_type(connection))
+
+
+_RESERVE_WITH_JOB = f"""
+WITH reserved AS (
+    UPDATE {Instance._meta.db_table}
+    SET status = 'B', busy_owner = %(reservation)s, busy_since = %(now)s, etag = %(etag)s
+    WHERE id = %(id)s AND status = ANY(%(statuses)s)
+    RETURNING id
+)
+INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, status, attempts,
+                                  lease_owner, last_error, created_at, updated_at)
+SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(now)s, %(now)s
+FROM reserved
+RETURNING id, run_at
+"""
+
+
+def busy_take(instance_id: uuid.UUID, *, statuses: Sequence[str], owner: str) -> bool:
+    """The Busy compare-and-set through the ORM: Busy for `owner` if the status is one of
+    `statuses` (a new eTag); False when it is not (someone else won)."""
+    taken = Instance.objects.filter(pk=instance_id, status__in=statuses).update(
+        status=InstanceStatus.BUSY,
+        busy_owner=owner,
+        busy_since=timezone.now(),
+        etag=new_etag(),
+    )
+    return bool(taken)
+
+
+@functools.cache
+def _dialect_for(vendor: str) -> PortableSql:
+    return PostgresSql() if vendor == "postgresql" else PortableSql()
+
+
+def dialect() -> PortableSql:
+    """The SQL dialect of the default database, chosen once per vendor."""
+    return _dialect_for(connection.vendor)
+
+
+def _guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
+    condition, params = _status_guard_sql(guard)
+    if guard.data_etag is not None:
+        condition += " AND entity_etag = %(guard_data_etag)s"
+        params["guard_data_etag"] = guard.data_etag
+    return condition, params
+
+
+def _status_guard_sql(guard: Guard) -> tuple[str, dict[str, Any]]:
+    if guard.kind is GuardKind.OPTIMISTIC:
+        return "status = 'A' AND state_version = %(guard_version)s", {
+            "guard_version": guard.state_version
+        }
+    if guard.kind is GuardKind.OWNER:
+        return "status = 'B' AND busy_owner = %(guard_owner)s", {"guard_owner": guard.owner}
+    if guard.kind is GuardKind.FAULTED:
+        return "status = 'F'", {}
+    return "status <> 'C'", {}
+
+
+def status_guard_q(guard: Guard) -> Q:
+    """The guard's condition but its data version, as a queryset filter."""
+    if guard.kind is GuardKind.OPTIMISTIC:
+        condition = Q(status=InstanceStatus.ACTIVE, state_version=guard.state_version)
+    elif guard.kind is GuardKind.OWNER:
+        condition = Q(status=InstanceStatus.BUSY, busy_owner=guard.owner)
+    elif guard.kind is GuardKind.FAULTED:
+        condition = Q(status=InstanceStatus.FAULTED)
+    else:
+        condition = ~Q(status=InstanceStatus.COMPLETED)
+    return condition
+
+
+def _with(snapshot: InstanceSnapshot, fields: dict[str, Any]) -> InstanceSnapshot:
+    committed = InstanceSnapshot(**vars(snapshot))
+    for name, value in fields.items():
+        setattr(committed, name, value)
+    return committed
