@@ -41,5 +41,10 @@ class InstancesConfig(AppConfig):
             ) from exc
         configure_egress(egress_policy)
         configure_pool(script_pool_settings())
+        # The engine's writer calls the instance services, above the wiring: installed from here.
+        from instances.wiring import writer_install
+        from instances.writers import instance_writer
+
+        writer_install(instance_writer())
         # Trace spans leave the process only when an OTLP endpoint is configured.
         configure_tracing()

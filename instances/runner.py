@@ -15,7 +15,7 @@ from django.db import connections
 from django.utils import timezone
 
 from instances.counts import instance_counts_fold
-from instances.job_handlers import instances_reap_stranded_busy, job_execute
+from instances.job_handlers import job_execute
 from instances.models import Job
 from instances.queue import (
     jobs_claim_due,
@@ -24,6 +24,7 @@ from instances.queue import (
     jobs_prune_finished,
     register_waker,
 )
+from instances.reaper import instances_reap_stranded_busy
 from instances.status import JobKind, JobStatus
 from locks.services import locks_sweep_expired
 from vnext.conf import vnext_setting

@@ -30,7 +30,6 @@ from django.utils.html import format_html
 
 from instances.admin import inspector
 from instances.counts import estimated_rows, instance_counts
-from instances.job_handlers import REPLAYED, job_replay
 from instances.models import (
     Correlation,
     Incident,
@@ -38,6 +37,7 @@ from instances.models import (
     Job,
     OperatorAction,
 )
+from instances.replay import REPLAYED, job_replay
 from instances.services import (
     OperatorResult,
     incident_resolve,

@@ -68,7 +68,7 @@ from instances.functions import (
     instance_function_catalog,
     instance_function_run,
 )
-from instances.job_handlers import instance_settle, instance_transition_run, relays_run
+from instances.job_handlers import instance_settle, relays_run
 from instances.selectors import (
     Groups,
     active_correlations,
@@ -111,6 +111,7 @@ from instances.services import (
     workflow_definition,
 )
 from instances.status import InstanceStatus
+from instances.sync_transitions import instance_transition_run
 from vnext.conf import header_deny_list, vnext_setting
 from vnext.openapi import (
     ACCEPT_LANGUAGE,
