@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
@@ -42,10 +42,9 @@ from instances.events import REFUSED as EVENT_REFUSED
 from instances.events import WAITING as EVENT_WAITING
 from instances.events import event_transition_admit
 from instances.field_encryption import open_request
-from instances.models import InstanceTransition, Job
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
-from instances.orm_store import FaultToRetry, OrmStore
+from instances.orm_store import FaultToRetry, OrmStore, transition_row_get
 from instances.queue import (
     LaneTimeout,
     backoff,
@@ -69,6 +68,9 @@ from instances.services import boundary_retry_request, long_poll_continue_reques
 from instances.status import InstanceStatus, JobKind, JobStatus, TransitionStatus, Trigger
 from instances.wiring import engine
 from vnext.conf import vnext_setting
+
+if TYPE_CHECKING:
+    from instances.models import Job
 
 logger = logging.getLogger("vnext.jobs")
 _store = OrmStore()
@@ -283,10 +285,8 @@ def _take_reservation(job: Job) -> bool:
 def _applied_by_earlier_claim(job: Job) -> bool:
     """This job's transition ran to completion under an earlier claim (its first history row,
     keyed by the job, is completed)."""
-    seed = job_row_seed(job.pk)
-    return InstanceTransition.objects.filter(
-        id=uuid.uuid5(seed, "0"), status=TransitionStatus.COMPLETED
-    ).exists()
+    row = transition_row_get(row_id=uuid.uuid5(job_row_seed(job.pk), "0"))
+    return row is not None and row.status == TransitionStatus.COMPLETED
 
 
 def _handle_transition(job: Job) -> None:
@@ -530,7 +530,7 @@ def _resume_if_partially_committed(
     # the steps after it instead of running the transition again.
     # The attempt row is committed at step 20 with no target yet; ChangeState (step 50) commits
     # the target with the new state, so a target equal to the current state means it happened.
-    row = InstanceTransition.objects.filter(id=uuid.uuid5(row_seed, "0")).first()
+    row = transition_row_get(row_id=uuid.uuid5(row_seed, "0"))
     if (
         row is not None
         and row.status == TransitionStatus.RUNNING

@@ -1246,3 +1246,18 @@ def sealed_paths(domain: str, workflow: str) -> frozenset[tuple[str, ...]]:
         if protection is not None:
             found |= protection.paths
     return frozenset(found)
+
+
+# --- reads the job runner decides on -----------------------------------------------------------
+
+
+def transition_row_get(*, row_id: uuid.UUID) -> InstanceTransition | None:
+    """The history row `row_id` (a job's hops are keyed by its row seed), or None."""
+    return InstanceTransition.objects.filter(id=row_id).first()
+
+
+def correlation_active_exists(*, parent_id: uuid.UUID, child_id: uuid.UUID) -> bool:
+    """The SubFlow correlation of `parent_id` with its child `child_id` is still open."""
+    return Correlation.objects.filter(
+        parent_id=parent_id, child_id=child_id, status=CorrelationStatus.ACTIVE
+    ).exists()

@@ -597,6 +597,18 @@ def job_subflow_resume_exists(*, instance_id: uuid.UUID, child: str) -> bool:
     ).exists()
 
 
+def jobs_next_run_at() -> datetime | None:
+    """When the next pending job is due, but write-lane tickets (handed over when the ticket
+    before them ends, not when they are due); None when none is pending."""
+    return (
+        Job.objects.filter(status=JobStatus.PENDING)
+        .exclude(kind=JobKind.UPDATE_DATA)
+        .order_by("run_at")
+        .values_list("run_at", flat=True)
+        .first()
+    )
+
+
 def job_requeue(*, job_id: int, expected: str, run_at: datetime, note: str) -> bool:
     """Put a finished job back in the queue, due at `run_at` with `note` as its last error,
     only while its status is still `expected` (False: it changed meanwhile); handed to the

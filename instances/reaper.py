@@ -13,10 +13,8 @@ from django.utils import timezone
 
 from instances.engine.errors import Codes
 from instances.engine.records import SUBFLOW_OWNER_PREFIX, IncidentRow
-from instances.models import Correlation
-from instances.orm_store import OrmStore
+from instances.orm_store import OrmStore, correlation_active_exists
 from instances.queue import job_owning_exists, job_subflow_resume_exists
-from instances.status import CorrelationStatus
 from vnext.conf import vnext_setting
 
 logger = logging.getLogger("vnext.jobs")
@@ -65,9 +63,6 @@ def _waits_for_live_child(instance_id: uuid.UUID, owner: str) -> bool:
         child_id = uuid.UUID(child)
     except ValueError:
         return False
-    open_correlation = Correlation.objects.filter(
-        parent_id=instance_id, child_id=child_id, status=CorrelationStatus.ACTIVE
-    )
-    return open_correlation.exists() or job_subflow_resume_exists(
-        instance_id=instance_id, child=child
-    )
+    return correlation_active_exists(
+        parent_id=instance_id, child_id=child_id
+    ) or job_subflow_resume_exists(instance_id=instance_id, child=child)

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
 from instances.events import event_job_admitted
-from instances.models import Job
 from instances.orm_store import OrmStore
 from instances.queue import job_requeue
 from instances.status import InstanceStatus, JobKind, JobStatus
+
+if TYPE_CHECKING:
+    from instances.models import Job
 
 logger = logging.getLogger("vnext.jobs")
 _store = OrmStore()
