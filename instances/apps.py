@@ -19,8 +19,9 @@ class InstancesConfig(AppConfig):
 
     def ready(self) -> None:
         """Check the settings a process cannot run with (fan-out limit, encryption keys, egress
-        allow-list), put the egress policy in force, and configure the script worker pool
-        (started on first use, or by `vnext_run` and the Celery worker at start-up)."""
+        allow-list), put the egress policy in force, configure the script worker pool
+        (started on first use, or by `vnext_run` and the Celery worker at start-up), and give
+        the engine its instance writer (`VNEXT["INSTANCE_WRITER"]`)."""
         limit = vnext_setting("FAN_OUT_MAX_CONCURRENT_ITEMS")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             # A limit of 0 would stall every fan-out batch at its first item: refuse to boot.
@@ -41,5 +42,10 @@ class InstancesConfig(AppConfig):
             ) from exc
         configure_egress(egress_policy)
         configure_pool(script_pool_settings())
+        # The engine's writer calls the instance services, above the wiring: installed from here.
+        from instances.wiring import writer_install
+        from instances.writers import instance_writer
+
+        writer_install(instance_writer())
         # Trace spans leave the process only when an OTLP endpoint is configured.
         configure_tracing()

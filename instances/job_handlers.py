@@ -1,5 +1,6 @@
 """Running jobs: claim one, run the handler of its kind (the engine, for transitions and timers),
-record the outcome; the stranded-Busy reaper; operators' replay.
+record the outcome. (The stranded-Busy reaper is `instances.reaper`; operators' replay is
+`instances.replay`.)
 
 A handler ends a job one of four ways: it returns (`succeeded`), raises `JobSkipped` (nothing to
 do, with the reason), `InstanceFaulted` (its run faulted the instance) or `RetryLater` (the
@@ -16,31 +17,17 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from instances.builtin_functions import state_function, with_state_etag
 from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
-from instances.engine.outcomes import (
-    ForwardToSubflow,
-    PipelineFault,
-    PipelineSuperseded,
-    Rejected,
-)
+from instances.engine.outcomes import ForwardToSubflow, PipelineFault, PipelineSuperseded, Rejected
 from instances.engine.pipeline import TransitionRequest
-from instances.engine.ports import CallOptions, InstanceAnswer, SubprocessParent
 from instances.engine.profiles import Order
-from instances.engine.records import (
-    LONG_POLL_OWNER_PREFIX,
-    SUBFLOW_OWNER_PREFIX,
-    IncidentRow,
-    InstanceSnapshot,
-    subflow_owner,
-)
+from instances.engine.records import LONG_POLL_OWNER_PREFIX, InstanceSnapshot, subflow_owner
 from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptResponse
 from instances.engine.task_types.notification import STATE_CHANNEL
@@ -54,25 +41,28 @@ from instances.engine.telemetry import (
 )
 from instances.events import REFUSED as EVENT_REFUSED
 from instances.events import WAITING as EVENT_WAITING
-from instances.events import event_job_admitted, event_transition_admit
+from instances.events import event_transition_admit
 from instances.field_encryption import open_request
 from instances.job_payloads import BoundaryRetryJob, RetryJob, TransitionJob, transition_job_of
-from instances.models import Correlation, InstanceTransition, Job
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
-from instances.orm_store import OrmStore
+from instances.orm_store import OrmStore, transition_row_get
 from instances.queue import (
     LaneTimeout,
     backoff,
+    job_boundary_retry_get,
     job_claim,
+    job_claim_holds,
     job_complete,
+    job_holder_settles_at,
     job_row_seed,
-    jobs_dispatch,
+    job_running_exists,
+    job_status_get,
     jobs_due,
     jobs_fail_expired_leases,
+    jobs_relayed_list,
     lane_dispatch_next,
     lane_held,
-    lane_take,
     max_attempts,
 )
 from instances.run_requests import (
@@ -81,19 +71,7 @@ from instances.run_requests import (
     retry_request,
     transition_request,
 )
-from instances.services import (
-    InstanceOutcome,
-    RequestInfo,
-    instance_snapshot,
-    instance_start,
-    instance_subprocess_start,
-    instance_transition,
-    instance_transition_accept,
-    is_update_data,
-)
-from instances.snapshots import stored_data
 from instances.status import (
-    CorrelationStatus,
     InstanceStatus,
     JobKind,
     JobStatus,
@@ -102,6 +80,9 @@ from instances.status import (
 )
 from instances.wiring import engine
 from vnext.conf import vnext_setting
+
+if TYPE_CHECKING:
+    from instances.models import Job
 
 logger = logging.getLogger("vnext.jobs")
 _store = OrmStore()
@@ -265,64 +246,6 @@ def jobs_run_due(limit: int = 100) -> dict[str, int]:
     return counts
 
 
-# --- the stranded-Busy reaper --------------------------------------------------------------------
-
-
-def instances_reap_stranded_busy() -> int:
-    """Fault every instance Busy past its lease whose owner is gone (no live job holds it).
-
-    A reservation owned by a live (pending or running) job is left to the job (an expired lease
-    is re-claimed); anything else Busy for longer than `BUSY_LEASE_SECONDS`, including a
-    reservation of a job failed on its last expired lease, is faulted with an incident, never
-    left Busy."""
-    cutoff = timezone.now() - timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
-    reaped = 0
-    for instance_id, owner in _store.busy_since_before(cutoff):
-        live_job = Job.objects.filter(
-            instance_id=instance_id, status__in=[JobStatus.PENDING, JobStatus.RUNNING]
-        ).filter(Q(payload__reservation=owner) | Q(lease_owner=owner))
-        if live_job.exists() or _waits_for_live_child(instance_id, owner):
-            continue
-        message = (
-            f"Busy since before {cutoff:%Y-%m-%d %H:%M:%S} UTC with no live owner "
-            f"({owner or 'unknown'}); faulted by the reaper, retry or cancel it"
-        )
-        incident = IncidentRow(
-            transition_id=None,
-            state="",
-            transition_key="",
-            error_code=Codes.STRANDED_BUSY.code,
-            message=message,
-        )
-        if not _store.fault_owned(instance_id, owner, incident):
-            continue
-        reaped += 1
-        logger.warning("reaped stranded Busy instance %s (owner %s)", instance_id, owner)
-    return reaped
-
-
-def _waits_for_live_child(instance_id: uuid.UUID, owner: str) -> bool:
-    # A parent waits Busy for its SubFlow child's whole life, however long: it is stranded only
-    # when its correlation closed and no resume job is left to take it over.
-    if not owner.startswith(SUBFLOW_OWNER_PREFIX):
-        return False
-    child = owner.removeprefix(SUBFLOW_OWNER_PREFIX)
-    try:
-        child_id = uuid.UUID(child)
-    except ValueError:
-        return False
-    open_correlation = Correlation.objects.filter(
-        parent_id=instance_id, child_id=child_id, status=CorrelationStatus.ACTIVE
-    )
-    resume = Job.objects.filter(
-        instance_id=instance_id,
-        kind=JobKind.SUBFLOW_RESUME,
-        status__in=[JobStatus.PENDING, JobStatus.RUNNING],
-        payload__child=child,
-    )
-    return open_correlation.exists() or resume.exists()
-
-
 # --- handlers ------------------------------------------------------------------------------------
 
 
@@ -359,20 +282,7 @@ def _held_by_live_job(job: Job) -> datetime | None:
     sync request, a waiting parent: the wait then counts against the attempts)."""
     if job.instance_id is None:
         return None
-    now = timezone.now()
-    live = (
-        Job.objects.filter(instance_id=job.instance_id, kind=JobKind.TRANSITION)
-        .exclude(pk=job.pk)
-        .filter(Q(status=JobStatus.PENDING) | Q(status=JobStatus.RUNNING, lease_until__gt=now))
-        .values_list("status", "run_at", "lease_until")
-    )
-    ends: list[datetime] = []
-    for status, run_at, lease in live:
-        if status == JobStatus.RUNNING and lease is not None:
-            ends.append(lease)
-        else:
-            ends.append(max(run_at, now))
-    return max(ends) if ends else None
+    return job_holder_settles_at(instance_id=job.instance_id, excluding=job.pk)
 
 
 def _take_reservation(job: Job) -> bool:
@@ -387,10 +297,8 @@ def _take_reservation(job: Job) -> bool:
 def _applied_by_earlier_claim(job: Job) -> bool:
     """This job's transition ran to completion under an earlier claim (its first history row,
     keyed by the job, is completed)."""
-    seed = job_row_seed(job.pk)
-    return InstanceTransition.objects.filter(
-        id=uuid.uuid5(seed, "0"), status=TransitionStatus.COMPLETED
-    ).exists()
+    row = transition_row_get(row_id=uuid.uuid5(job_row_seed(job.pk), "0"))
+    return row is not None and row.status == TransitionStatus.COMPLETED
 
 
 def _handle_transition(job: Job) -> None:
@@ -502,12 +410,7 @@ def relays_run(origin: uuid.UUID, *, budget: int = 500) -> int:
         frontier = [str(origin)]
         while frontier and ran < budget:
             origin_id = frontier.pop(0)
-            live = Job.objects.filter(
-                Q(status=JobStatus.PENDING, run_at__lte=timezone.now())
-                | Q(status=JobStatus.RUNNING),
-                payload__origin=origin_id,
-            ).order_by("pk")
-            for job_id, instance_id in list(live.values_list("pk", "instance_id")):
+            for job_id, instance_id in jobs_relayed_list(origin=origin_id):
                 ran += 1
                 outcome = job_run(job_id)
                 if outcome == "skipped" and _settled_elsewhere(job_id):
@@ -523,10 +426,7 @@ def relays_run(origin: uuid.UUID, *, budget: int = 500) -> int:
 def _handle_update_data(job: Job) -> None:
     """An accepted async updateData, applied inside its instance's write lane (`_job_execute`
     holds it): what the tickets before it left is what its mapping reads."""
-    still_mine = Job.objects.filter(
-        pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner
-    )
-    if not still_mine.exists():
+    if not job_claim_holds(job_id=job.pk, lease_owner=job.lease_owner):
         raise JobSkipped("the lane's holder applied this update while this claim waited")
     loaded = _load(job)
     instance, definition = loaded.instance, loaded.definition
@@ -554,104 +454,6 @@ def _handle_update_data(job: Job) -> None:
     _execute(job, loaded, request, reserved=False, defer_chain=True)
 
 
-def _lane_drain(waiting: list[int]) -> int:
-    """Inside an instance's write lane: apply the tickets `waiting` in it, oldest first (they
-    were accepted before the caller's own update). Returns how many were applied here."""
-    applied = 0
-    for job_id in waiting:
-        job = lane_take(job_id)
-        if job is not None:
-            job_execute(job)
-            applied += 1
-    return applied
-
-
-def instance_transition_run(
-    *,
-    domain: str,
-    workflow: str,
-    ref: str,
-    transition_key: str,
-    body: Any,
-    info: RequestInfo,
-    addressed: InstanceSnapshot | None = None,
-) -> InstanceOutcome:
-    """A sync transition. An updateData is applied inside its instance's write lane (seed 000's
-    per-instance write funnel): it waits its turn — at most `DATA_WRITE_WAIT_SECONDS`, then it
-    is accepted as an async ticket instead (`queued`: the API answers 202) — applies the
-    tickets accepted before it, then itself, and answers its own result; the automatic chain
-    it makes possible runs after the lane. Any other transition runs at once."""
-    if addressed is None:
-        addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
-    if not is_update_data(addressed, transition_key):
-        return instance_transition(
-            domain=domain,
-            workflow=workflow,
-            ref=ref,
-            transition_key=transition_key,
-            body=body,
-            info=info,
-            addressed=addressed,
-        )
-    failure: PipelineFault | VNextError | None = None
-    drained = 0
-    try:
-        with lane_held(addressed.id, wait=float(vnext_setting("DATA_WRITE_WAIT_SECONDS"))):
-            # The instance as the writes before this one left it, read once the lane is held.
-            current, waiting = _store.lane_view(addressed.id)
-            drained = _lane_drain(waiting)
-            if drained or current is None:
-                current = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
-            addressed = current
-            try:
-                outcome = instance_transition(
-                    domain=domain,
-                    workflow=workflow,
-                    ref=ref,
-                    transition_key=transition_key,
-                    body=body,
-                    info=info,
-                    addressed=addressed,
-                    defer_chain=True,
-                )
-            except (PipelineFault, VNextError) as refused:
-                # A fault is committed with its incident; a refusal wrote nothing.
-                failure = refused
-    except LaneTimeout:
-        accepted = instance_transition_accept(
-            domain=domain,
-            workflow=workflow,
-            ref=ref,
-            transition_key=transition_key,
-            body=body,
-            info=info,
-            addressed=addressed,
-        )
-        return InstanceOutcome(accepted.instance, created=False, queued=True)
-    if drained:
-        # Tickets accepted while those ran found them ahead and were refused: hand them over.
-        lane_dispatch_next(addressed.id)
-    if failure is not None:
-        raise failure
-    return _after_update(outcome)
-
-
-def _after_update(outcome: InstanceOutcome) -> InstanceOutcome:
-    # The automatic chain an update made possible runs now that the lane is free, here, so a
-    # sync answer shows where it led (its job stays for a worker should this be refused).
-    execution = outcome.execution
-    if execution is None or execution.deferred_automatic is None:
-        return outcome
-    instance_id = execution.instance.id
-    pending = Job.objects.filter(
-        instance_id=instance_id, kind=JobKind.AUTOMATIC, status=JobStatus.PENDING
-    ).order_by("pk")
-    for job_id in list(pending.values_list("pk", flat=True)):
-        job_run(job_id)
-    current = _store.load(instance_id) or execution.instance
-    return InstanceOutcome(current, created=False, execution=execution)
-
-
 def _settled_elsewhere(job_id: int) -> bool:
     """A hand-off job another worker holds: wait (up to a job lease) until it ends; True when
     it ran there (succeeded or faulted its instance), so its own hand-offs follow.
@@ -663,7 +465,7 @@ def _settled_elsewhere(job_id: int) -> bool:
     deadline = time.monotonic() + float(vnext_setting("JOB_LEASE_SECONDS"))
     pause = 0.005
     while True:
-        status = Job.objects.filter(pk=job_id).values_list("status", flat=True).first()
+        status = job_status_get(job_id=job_id)
         if status == JobStatus.PENDING:
             return False  # not due yet (it backs off): the runner takes it when it is
         if status != JobStatus.RUNNING:
@@ -708,18 +510,8 @@ def instance_settle(instance_id: uuid.UUID, *, within: float) -> InstanceSnapsho
         instance = _store.load(instance_id)
         if instance is None or instance.status != InstanceStatus.BUSY:
             return instance
-        pending = (
-            Job.objects.filter(
-                instance_id=instance_id, kind=JobKind.TRANSITION, status=JobStatus.PENDING
-            )
-            .filter(payload__has_key="boundaryRetry")
-            .order_by("run_at")
-            .first()
-        )
-        if (
-            pending is None
-            and not Job.objects.filter(instance_id=instance_id, status=JobStatus.RUNNING).exists()
-        ):
+        pending = job_boundary_retry_get(instance_id=instance_id)
+        if pending is None and not job_running_exists(instance_id=instance_id):
             return instance  # Busy for another reason: nothing of ours to wait for
         wait = 0.02
         if pending is not None:
@@ -740,7 +532,7 @@ def _resume_if_partially_committed(
     # the steps after it instead of running the transition again.
     # The attempt row is committed at step 20 with no target yet; ChangeState (step 50) commits
     # the target with the new state, so a target equal to the current state means it happened.
-    row = InstanceTransition.objects.filter(id=uuid.uuid5(row_seed, "0")).first()
+    row = transition_row_get(row_id=uuid.uuid5(row_seed, "0"))
     if (
         row is not None
         and row.status == TransitionStatus.RUNNING
@@ -749,6 +541,19 @@ def _resume_if_partially_committed(
     ):
         request.resume_at = Order.ON_ENTRY
         request.resume_from_state = row.from_state or None
+
+
+def _job_request(
+    job: Job, transition: TransitionDef, trigger: Trigger, *, actor: str
+) -> TransitionRequest:
+    # A run on the job's behalf: its history rows keyed by the job, so a re-claim updates them.
+    return TransitionRequest(
+        transition=transition,
+        trigger=trigger,
+        actor=actor,
+        row_seed=job_row_seed(job.pk),
+        attempt=job.attempts,
+    )
 
 
 def _handle_timer(job: Job, *, timeout: bool = False) -> None:
@@ -768,13 +573,7 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
         transition = definition.transition_for(job.state, job.payload["transition"])
     if transition is None:
         raise JobSkipped("the transition is no longer in the definition")
-    request = TransitionRequest(
-        transition=transition,
-        trigger=Trigger.SCHEDULED,
-        actor="scheduler",
-        row_seed=job_row_seed(job.pk),
-        attempt=job.attempts,
-    )
+    request = _job_request(job, transition, Trigger.SCHEDULED, actor="scheduler")
     _execute(job, loaded, request, reserved=False, busy_waits=True)
 
 
@@ -818,13 +617,7 @@ def _handle_subflow_end(job: Job) -> None:
         raise JobSkipped(
             f"instance {child.id} ({definition.key}) defines no cancel: bypassed, left running"
         )
-    request = TransitionRequest(
-        transition=transition,
-        trigger=Trigger.MANUAL,
-        actor="subflow",
-        row_seed=job_row_seed(job.pk),
-        attempt=job.attempts,
-    )
+    request = _job_request(job, transition, Trigger.MANUAL, actor="subflow")
     _execute(job, loaded, request, reserved=False)
 
 
@@ -851,13 +644,7 @@ def _handle_automatic(job: Job) -> None:
     picked = engine().automatic_transition(definition, instance)
     if picked is None:
         return  # no rule holds any more: nothing to run
-    request = TransitionRequest(
-        transition=picked,
-        trigger=Trigger.AUTOMATIC,
-        actor="automatic",
-        row_seed=job_row_seed(job.pk),
-        attempt=job.attempts,
-    )
+    request = _job_request(job, picked, Trigger.AUTOMATIC, actor="automatic")
     _execute(job, loaded, request, reserved=False, busy_waits=True)
 
 
@@ -916,12 +703,9 @@ def _handle_notification(job: Job) -> None:
         if isinstance(returned, ScriptResponse) and returned.headers:
             headers = {str(k): str(v) for k, v in returned.headers.items()}
     notification_channel().send(
-        Notification(
-            id=str(job.pk),
-            domain=instance.domain,
-            workflow=instance.workflow_key,
-            instance_id=str(instance.id),
-            instance_key=instance.key,
+        _notification(
+            job,
+            instance,
             state=str(payload.get("state")),
             transition=transition,
             entered_at=str(payload.get("enteredAt", "")),
@@ -948,12 +732,9 @@ def _handle_task_notification(job: Job) -> None:
     headers = payload.get("headers")
     headers = headers if isinstance(headers, dict) else {}
     notification_channel().send(
-        Notification(
-            id=str(job.pk),
-            domain=instance.domain,
-            workflow=instance.workflow_key,
-            instance_id=str(instance.id),
-            instance_key=instance.key,
+        _notification(
+            job,
+            instance,
             state=str(payload.get("state", "")),
             transition=str(payload.get("transition", "")),
             entered_at=str(payload.get("at", "")),
@@ -962,6 +743,35 @@ def _handle_task_notification(job: Job) -> None:
             channel=channel,
             task=str(payload.get("task", "")),
         )
+    )
+
+
+def _notification(
+    job: Job,
+    instance: InstanceSnapshot,
+    *,
+    state: str,
+    transition: str,
+    entered_at: str,
+    content: Any,
+    headers: dict[str, str],
+    channel: str = "state",
+    task: str = "",
+) -> Notification:
+    # What either notification job delivers: the job's id and its instance, then the message.
+    return Notification(
+        id=str(job.pk),
+        domain=instance.domain,
+        workflow=instance.workflow_key,
+        instance_id=str(instance.id),
+        instance_key=instance.key,
+        state=state,
+        transition=transition,
+        entered_at=entered_at,
+        content=content,
+        headers=headers,
+        channel=channel,
+        task=task,
     )
 
 
@@ -989,235 +799,3 @@ HANDLERS: dict[str, Callable[[Job], None]] = {
     JobKind.AUTOMATIC: _handle_automatic,
     JobKind.EVENT_TRANSITION: _handle_event_transition,
 }
-
-
-# --- operators -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """What replaying one job did: `replayed` (back in the queue), `refused` (why not), or
-    `no effect` (it would run and change nothing, so it was left as it is)."""
-
-    job_id: int
-    outcome: str
-    reason: str = ""
-
-    def __str__(self) -> str:
-        return f"job {self.job_id}: {self.outcome}" + (f" ({self.reason})" if self.reason else "")
-
-
-REPLAYED, REFUSED, NO_EFFECT = "replayed", "refused", "no effect"
-
-
-def job_replay(*, job: Job, force: bool = False, operator: str = "") -> ReplayResult:
-    """Put a finished job back in the queue when running it again can change something; a
-    succeeded timer only with `force`. Never reports a replay that would change nothing."""
-    refusal = _replay_refusal(job, force)
-    if refusal:
-        return ReplayResult(job.pk, REFUSED, refusal)
-    pointless = _replay_without_effect(job)
-    if pointless:
-        return ReplayResult(job.pk, NO_EFFECT, pointless)
-    now = timezone.now()
-    with transaction.atomic():
-        replayed = Job.objects.filter(pk=job.pk, status=job.status).update(
-            status=JobStatus.PENDING,
-            run_at=now,
-            lease_owner="",
-            lease_until=None,
-            last_error=f"replayed by {operator or 'an operator'} at {now:%Y-%m-%d %H:%M:%S}",
-            updated_at=now,
-        )
-        if not replayed:
-            return ReplayResult(job.pk, REFUSED, "it changed meanwhile; look again")
-        transaction.on_commit(lambda: jobs_dispatch([(job.pk, now)]))
-    logger.info("job %s replayed by %s", job.pk, operator or "an operator")
-    return ReplayResult(job.pk, REPLAYED)
-
-
-def _replay_refusal(job: Job, force: bool) -> str:
-    if job.status == JobStatus.PENDING:
-        return "it is already waiting to run"
-    if job.status == JobStatus.RUNNING and job.lease_until and job.lease_until > timezone.now():
-        return f"it is running (lease until {job.lease_until:%H:%M:%S})"
-    if job.status == JobStatus.INSTANCE_FAULTED:
-        return (
-            f"its run faulted instance {job.instance_id} ({job.last_error[:200]}); "
-            "retry or cancel the instance instead"
-        )
-    if job.status == JobStatus.SUCCEEDED and not force and job.kind != JobKind.TRANSITION:
-        return "it already succeeded; replay it with force to run it again"
-    return ""
-
-
-def _replay_without_effect(job: Job) -> str:
-    if job.status == JobStatus.SUCCEEDED and job.kind == JobKind.TRANSITION:
-        return "its transition was applied; replaying it would change nothing"
-    if job.kind == JobKind.EVENT_TRANSITION and event_job_admitted(job):
-        return "its event was admitted as a transition already; replaying it would change nothing"
-    instance = _store.load(job.instance_id) if job.instance_id else None
-    if instance is None:
-        return "its instance no longer exists"
-    if instance.status == InstanceStatus.COMPLETED:
-        return f"instance {instance.id} is completed"
-    if job.kind == JobKind.TIMER and instance.current_state != job.state:
-        return f"instance {instance.id} has left state {job.state!r}"
-    if job.kind == JobKind.TIMER and instance.status == InstanceStatus.FAULTED:
-        return f"instance {instance.id} is faulted; retry or cancel the instance"
-    if job.kind == JobKind.TRANSITION and not job.payload.get("lockFree"):
-        reservation = str(job.payload.get("reservation") or "")
-        owner = instance.busy_owner
-        held = instance.status == InstanceStatus.BUSY and (
-            owner == reservation or owner.startswith(f"job:{job.pk}:")
-        )
-        if not held:
-            return (
-                f"instance {instance.id} is no longer reserved for it (status "
-                f"{instance.status}); send the transition again"
-            )
-    return ""
-
-
-# --- the trigger task types' writer ----------------------------------------------------------
-
-
-class ServiceInstanceWriter:
-    """`InstanceWriter` on the instance services, in-process: what the trigger task types
-    (11 start, 12 direct trigger, 14 subprocess) answer is what the public API would."""
-
-    def start(
-        self,
-        *,
-        domain: str,
-        flow: str,
-        version: str | None,
-        key: str | None,
-        tags: list[str],
-        body: dict[str, Any],
-        sync: bool,
-        headers: dict[str, str],
-        parent: SubprocessParent | None = None,
-        options: CallOptions | None = None,
-    ) -> InstanceAnswer:
-        """Start an instance (a SubProcess child when `parent` is given); 409 when a live
-        instance already has `key`. In-process: `options` (remote call settings) do not apply."""
-        request: dict[str, Any] = {"attributes": body, "tags": tags}
-        if key:
-            request["key"] = key
-        info = RequestInfo(actor="task", headers=headers)
-
-        def run() -> InstanceOutcome:
-            if parent is not None:
-                return instance_subprocess_start(
-                    domain=domain,
-                    workflow=flow,
-                    body=request,
-                    info=info,
-                    version=version,
-                    parent_id=parent.instance_id,
-                    parent_state=parent.state,
-                )
-            return instance_start(
-                domain=domain, workflow=flow, body=request, info=info, version=version, sync=sync
-            )
-
-        answer = _answer_of(run)
-        if isinstance(answer, InstanceAnswer):
-            return answer
-        if not answer.created:
-            return InstanceAnswer(
-                409,
-                {
-                    "errorCode": Codes.INSTANCE_KEY_EXISTS.code,
-                    "detail": f"instance {answer.instance.id} of {flow} already has key {key!r}",
-                    "id": str(answer.instance.id),
-                },
-            )
-        if parent is not None and sync:
-            # The subprocess' start job runs here, to its first rest point.
-            for job_id in Job.objects.filter(
-                instance_id=answer.instance.id, status=JobStatus.PENDING
-            ).values_list("pk", flat=True):
-                job_run(job_id)
-            return _instance_answer(_store.load(answer.instance.id) or answer.instance, 200)
-        return _settled(answer, sync)
-
-    def trigger(
-        self,
-        *,
-        domain: str,
-        flow: str,
-        ref: str,
-        transition: str,
-        body: dict[str, Any],
-        sync: bool,
-        headers: dict[str, str],
-        options: CallOptions | None = None,
-    ) -> InstanceAnswer:
-        """Run `transition` on instance `ref` of `flow`, as `PATCH .../transitions/...`."""
-        run = instance_transition_run if sync else instance_transition_accept
-        info = RequestInfo(actor="task", headers=headers)
-        answer = _answer_of(
-            lambda: run(
-                domain=domain,
-                workflow=flow,
-                ref=ref,
-                transition_key=transition,
-                body={"attributes": body},
-                info=info,
-            )
-        )
-        if isinstance(answer, InstanceAnswer):
-            return answer
-        return _settled(answer, sync)
-
-
-def _answer_of(run: Callable[[], InstanceOutcome]) -> InstanceOutcome | InstanceAnswer:
-    try:
-        return run()
-    except PipelineSuperseded as superseded:
-        now = _store.load(superseded.instance_id)
-        body = {"id": str(superseded.instance_id)}
-        if now is not None:
-            body = _instance_answer(now, 200).body
-        error = {"errorCode": superseded.code, "detail": superseded.message}
-        return InstanceAnswer(200, {**body, "error": error})
-    except PipelineFault as fault:
-        faulted = _store.load(fault.instance_id)
-        body = {"id": str(fault.instance_id), "status": InstanceStatus.FAULTED}
-        if faulted is not None:
-            body = _instance_answer(faulted, 200).body
-        return InstanceAnswer(200, {**body, "error": {"errorCode": fault.code}})
-    except VNextError as error:
-        return InstanceAnswer(
-            error.error.http_status, {"errorCode": error.code, "detail": error.detail}
-        )
-
-
-def _settled(outcome: InstanceOutcome, sync: bool) -> InstanceAnswer:
-    if not sync or outcome.queued:
-        return InstanceAnswer(
-            202, {"id": str(outcome.instance.id), "status": outcome.instance.status}
-        )
-    instance = outcome.instance
-    if outcome.execution is not None and outcome.execution.relays:
-        relays_run(outcome.execution.instance.id)
-        instance = _store.load(instance.id) or instance
-    if outcome.addressed is not None:
-        instance = _store.load(outcome.addressed) or instance
-    return _instance_answer(instance, 200)
-
-
-def _instance_answer(instance: InstanceSnapshot, status: int) -> InstanceAnswer:
-    # Another instance's answer: its fields encrypted at rest stay sealed (their tokens).
-    return InstanceAnswer(
-        status,
-        {
-            "id": str(instance.id),
-            "key": instance.key,
-            "status": str(instance.status),
-            "state": instance.current_state,
-            "attributes": stored_data(instance),
-        },
-    )

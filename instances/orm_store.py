@@ -546,3 +546,18 @@ def ended_subflow_child_get(*, parent_id: uuid.UUID, state: str) -> InstanceSnap
     if correlation is None or correlation.child_id is None:
         return None
     return OrmStore().load(correlation.child_id)
+
+
+# --- reads the job runner decides on -----------------------------------------------------------
+
+
+def transition_row_get(*, row_id: uuid.UUID) -> InstanceTransition | None:
+    """The history row `row_id` (a job's hops are keyed by its row seed), or None."""
+    return InstanceTransition.objects.filter(id=row_id).first()
+
+
+def correlation_active_exists(*, parent_id: uuid.UUID, child_id: uuid.UUID) -> bool:
+    """The SubFlow correlation of `parent_id` with its child `child_id` is still open."""
+    return Correlation.objects.filter(
+        parent_id=parent_id, child_id=child_id, status=CorrelationStatus.ACTIVE
+    ).exists()

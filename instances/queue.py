@@ -506,6 +506,127 @@ def jobs_reclaim_space() -> bool:
     return True
 
 
+# --- what the runner, the reaper and operators ask of the job rows ------------------------------
+# The reads a handler decides on, and an operator's requeue: job-row SQL stays in this module.
+
+# Jobs that still hold (or will take over) their instance.
+_LIVE_JOBS = (JobStatus.PENDING, JobStatus.RUNNING)
+
+
+def job_status_get(*, job_id: int) -> str | None:
+    """The job's status now, or None when it is gone."""
+    return Job.objects.filter(pk=job_id).values_list("status", flat=True).first()
+
+
+def job_claim_holds(*, job_id: int, lease_owner: str) -> bool:
+    """The claim `lease_owner` still holds the job (running under that token)."""
+    return Job.objects.filter(pk=job_id, status=JobStatus.RUNNING, lease_owner=lease_owner).exists()
+
+
+def jobs_pending_list(*, instance_id: uuid.UUID, kind: JobKind | None = None) -> list[int]:
+    """Ids of the instance's pending jobs (of `kind`, when given), oldest first."""
+    pending = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
+    if kind is not None:
+        pending = pending.filter(kind=kind)
+    return list(pending.order_by("pk").values_list("pk", flat=True))
+
+
+def jobs_relayed_list(*, origin: str) -> list[tuple[int, uuid.UUID | None]]:
+    """The hand-off jobs a run on instance `origin` queued that are still live (pending and
+    due, or running), oldest first, each with its instance."""
+    live = Job.objects.filter(
+        Q(status=JobStatus.PENDING, run_at__lte=timezone.now()) | Q(status=JobStatus.RUNNING),
+        payload__origin=origin,
+    ).order_by("pk")
+    return list(live.values_list("pk", "instance_id"))
+
+
+def job_holder_settles_at(*, instance_id: uuid.UUID, excluding: int) -> datetime | None:
+    """When the instance's other live transition job should have settled (a pending one: when
+    it is due; a running one: its lease's end), the latest of them; None when there is none."""
+    now = timezone.now()
+    live = (
+        Job.objects.filter(instance_id=instance_id, kind=JobKind.TRANSITION)
+        .exclude(pk=excluding)
+        .filter(Q(status=JobStatus.PENDING) | Q(status=JobStatus.RUNNING, lease_until__gt=now))
+        .values_list("status", "run_at", "lease_until")
+    )
+    ends: list[datetime] = []
+    for status, run_at, lease in live:
+        if status == JobStatus.RUNNING and lease is not None:
+            ends.append(lease)
+        else:
+            ends.append(max(run_at, now))
+    return max(ends) if ends else None
+
+
+def job_boundary_retry_get(*, instance_id: uuid.UUID) -> Job | None:
+    """The instance's pending error-boundary retry job due first, or None."""
+    return (
+        Job.objects.filter(
+            instance_id=instance_id, kind=JobKind.TRANSITION, status=JobStatus.PENDING
+        )
+        .filter(payload__has_key="boundaryRetry")
+        .order_by("run_at")
+        .first()
+    )
+
+
+def job_running_exists(*, instance_id: uuid.UUID) -> bool:
+    """Some job of the instance is running."""
+    return Job.objects.filter(instance_id=instance_id, status=JobStatus.RUNNING).exists()
+
+
+def job_owning_exists(*, instance_id: uuid.UUID, owner: str) -> bool:
+    """A live job of the instance owns its Busy `owner`: the accept's reservation it carries,
+    or its claim's token."""
+    return (
+        Job.objects.filter(instance_id=instance_id, status__in=_LIVE_JOBS)
+        .filter(Q(payload__reservation=owner) | Q(lease_owner=owner))
+        .exists()
+    )
+
+
+def job_subflow_resume_exists(*, instance_id: uuid.UUID, child: str) -> bool:
+    """A live job resumes the instance after its SubFlow child `child` (its id) ended."""
+    return Job.objects.filter(
+        instance_id=instance_id,
+        kind=JobKind.SUBFLOW_RESUME,
+        status__in=_LIVE_JOBS,
+        payload__child=child,
+    ).exists()
+
+
+def jobs_next_run_at() -> datetime | None:
+    """When the next pending job is due, but write-lane tickets (handed over when the ticket
+    before them ends, not when they are due); None when none is pending."""
+    return (
+        Job.objects.filter(status=JobStatus.PENDING)
+        .exclude(kind=JobKind.UPDATE_DATA)
+        .order_by("run_at")
+        .values_list("run_at", flat=True)
+        .first()
+    )
+
+
+def job_requeue(*, job_id: int, expected: str, run_at: datetime, note: str) -> bool:
+    """Put a finished job back in the queue, due at `run_at` with `note` as its last error,
+    only while its status is still `expected` (False: it changed meanwhile); handed to the
+    runner after commit."""
+    with transaction.atomic():
+        requeued = Job.objects.filter(pk=job_id, status=expected).update(
+            status=JobStatus.PENDING,
+            run_at=run_at,
+            lease_owner="",
+            lease_until=None,
+            last_error=note,
+            updated_at=run_at,
+        )
+        if requeued:
+            transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
+    return bool(requeued)
+
+
 # --- SQL dialects: one object per database vendor, chosen once ------------------------------------
 
 

@@ -10,23 +10,27 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from django.db import connections
 from django.utils import timezone
 
 from instances.counts import instance_counts_fold
-from instances.job_handlers import instances_reap_stranded_busy, job_execute
-from instances.models import Job
+from instances.job_handlers import job_execute
 from instances.queue import (
     jobs_claim_due,
     jobs_complete_succeeded,
     jobs_fail_expired_leases,
+    jobs_next_run_at,
     jobs_prune_finished,
     register_waker,
 )
-from instances.status import JobKind, JobStatus
+from instances.reaper import instances_reap_stranded_busy
 from locks.services import locks_sweep_expired
 from vnext.conf import vnext_setting
+
+if TYPE_CHECKING:
+    from instances.models import Job
 
 logger = logging.getLogger("vnext.runner")
 
@@ -110,13 +114,7 @@ class EmbeddedJobRunner(threading.Thread):
     def _seconds_to_next(self) -> float:
         # Write-lane tickets are handed over when the ticket before them ends (a due one may
         # be waiting its turn): they are no reason to wake up.
-        upcoming = (
-            Job.objects.filter(status=JobStatus.PENDING)
-            .exclude(kind=JobKind.UPDATE_DATA)
-            .order_by("run_at")
-            .values_list("run_at", flat=True)
-            .first()
-        )
+        upcoming = jobs_next_run_at()
         if upcoming is None:
             return IDLE_POLL_SECONDS
         return max(0.0, min((upcoming - timezone.now()).total_seconds(), IDLE_POLL_SECONDS))

@@ -5,14 +5,27 @@ from __future__ import annotations
 
 from functools import cache
 
-from django.utils.module_loading import import_string
-
 from instances.engine.pipeline import Engine, EngineConfig
+from instances.engine.ports import InstanceWriter
 from instances.instance_reader import OrmInstanceReader
 from instances.orm_store import OrmStore
 from instances.registry import COMPONENTS
 from locks.store import OrmLocks
 from vnext.conf import vnext_setting
+
+# The writer of the trigger task types calls the instance services, a layer above this one: it
+# is not imported here but installed at start-up (`InstancesConfig.ready` installs
+# `instances.writers.instance_writer()`), so every import between the two stays visible.
+_writer: InstanceWriter | None = None
+
+
+def writer_install(writer: InstanceWriter | None) -> None:
+    """Give the engine the writer the trigger task types (11, 12, 14) start instances and run
+    transitions with (None: those tasks fail with `Task:Unsupported`). An engine built before
+    is rebuilt at its next use, with it."""
+    global _writer
+    _writer = writer
+    engine.cache_clear()
 
 
 @cache
@@ -24,14 +37,11 @@ def engine() -> Engine:
         script_configuration=dict(vnext_setting("SCRIPT_CONFIGURATION") or {}),
         fan_out_max_concurrent_items=int(vnext_setting("FAN_OUT_MAX_CONCURRENT_ITEMS")),
     )
-    # The writer of the trigger task types calls the instance services, a layer above this
-    # one: it is named by a setting and imported here at first use.
-    writer_path = vnext_setting("INSTANCE_WRITER")
     return Engine(
         OrmStore(),
         COMPONENTS,
         reader=OrmInstanceReader(),
-        writer=import_string(writer_path)() if writer_path else None,
+        writer=_writer,
         locks=OrmLocks(),
         config=config,
     )

@@ -32,10 +32,11 @@ DEFAULTS: dict[str, Any] = {
     # How long a sync updateData waits for its turn in the instance's write lane (then 202).
     "DATA_WRITE_WAIT_SECONDS": 10.0,
     # What the trigger task types (11 start, 12 direct trigger, 14 subprocess) start instances
-    # and run transitions with: the instance services in-process, or over HTTP the runtime
-    # REMOTE_DOMAINS names for a domain (`{"payments": "https://pay.example/api/v1"}`), with the
-    # token REMOTE_TOKENS gives for it.
-    "INSTANCE_WRITER": "instances.remote.RoutingInstanceWriter",
+    # and run transitions with (`instances.writers`): "routing" sends a domain REMOTE_DOMAINS
+    # names (`{"payments": "https://pay.example/api/v1"}`) over HTTP to that runtime, with the
+    # token REMOTE_TOKENS gives for it, and serves every other domain with the instance
+    # services in-process; "local" serves every domain in-process; None: no writer.
+    "INSTANCE_WRITER": "routing",
     "REMOTE_DOMAINS": {},
     "REMOTE_TOKENS": {},
     # State notifications: the channel class, the webhook (URL, HMAC secret, timeout), or the

@@ -30,7 +30,6 @@ from django.utils.html import format_html
 
 from instances.admin import inspector
 from instances.counts import estimated_rows, instance_counts
-from instances.job_handlers import REPLAYED, job_replay
 from instances.models import (
     Correlation,
     Incident,
@@ -46,6 +45,7 @@ from instances.operations import (
     operator_retry,
     retry_plan,
 )
+from instances.replay import REPLAYED, job_replay
 from instances.status import InstanceStatus, choices
 from instances.wiring import engine
 from vnext.admin_site import broker_configured

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from instances.job_handlers import instances_reap_stranded_busy, jobs_run_due
+from instances.job_handlers import jobs_run_due
 from instances.models import Incident, Instance, InstanceTask, Job
+from instances.reaper import instances_reap_stranded_busy
 from tests.engine.builders import script, state, transition, workflow
 from tests.instances.eb_lab_stub import eb_lab_stub
 from tests.instances.http_server import http_server

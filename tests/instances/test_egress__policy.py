@@ -34,7 +34,7 @@ from instances.engine.egress import EgressPolicy, EgressRefused, egress_client
 from instances.engine.task_types.base import TaskFailure
 from instances.models import Incident, Instance
 from instances.notifications import Notification, NotificationFailed, WebhookChannel
-from instances.remote import RoutingInstanceWriter
+from instances.writers import RoutingInstanceWriter
 from tests.engine.builders import state, transition, workflow
 from tests.instances.answers import fault
 from tests.instances.workflows import http_ref, http_task, publish

@@ -18,9 +18,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from instances.events import event_transition_admit
-from instances.job_handlers import job_execute, job_replay, job_run, jobs_run_due
+from instances.job_handlers import job_execute, job_run, jobs_run_due
 from instances.models import Instance, InstanceTransition, Job
 from instances.queue import job_claim, jobs_claim_due
+from instances.replay import job_replay
 from instances.status import JobKind, JobStatus
 from tests.engine.builders import script, state, task_ref, transition, workflow
 from tests.instances.workflows import publish

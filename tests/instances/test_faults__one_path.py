@@ -12,8 +12,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from instances.job_handlers import instances_reap_stranded_busy, job_replay, jobs_run_due
+from instances.job_handlers import jobs_run_due
 from instances.models import Incident, Instance, Job
+from instances.reaper import instances_reap_stranded_busy
+from instances.replay import job_replay
 from locks.models import ResourceLock
 from tests.engine.builders import script, state, task_ref, transition, workflow
 from tests.instances.answers import fault_code

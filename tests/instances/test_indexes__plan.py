@@ -17,13 +17,7 @@ from django.db import IntegrityError, connection, transaction
 
 from instances import index_plans, indexes
 from instances.filters.language import INSTANT_PATTERN
-from instances.index_plans import (
-    ApplyRefused,
-    IndexState,
-    TrigramState,
-    index_apply,
-    index_plan,
-)
+from instances.index_plans import ApplyRefused, IndexState, TrigramState, index_apply, index_plan
 from instances.indexes import indexed_fields
 from tests.instances.indexed import (
     DOMAIN,

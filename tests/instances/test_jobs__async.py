@@ -11,9 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from instances.job_handlers import instances_reap_stranded_busy, job_run, jobs_run_due
+from instances.job_handlers import job_run, jobs_run_due
 from instances.models import Incident, Instance, InstanceTransition, Job
 from instances.queue import job_claim, job_complete, jobs_prune_finished
+from instances.reaper import instances_reap_stranded_busy
 from tests.engine.builders import script, state, transition, workflow
 from tests.instances.answers import fault_code
 from tests.instances.workflows import ping_pong, publish

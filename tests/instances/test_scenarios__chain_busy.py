@@ -13,8 +13,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from instances.job_handlers import instances_reap_stranded_busy, jobs_run_due
+from instances.job_handlers import jobs_run_due
 from instances.models import Correlation, Instance, InstanceTransition, Job
+from instances.reaper import instances_reap_stranded_busy
 from tests.instances.scenario_api import WorkflowApi, import_examples, scheduled
 
 pytestmark = pytest.mark.django_db

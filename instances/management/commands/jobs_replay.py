@@ -7,10 +7,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from instances.job_handlers import REPLAYED, job_replay
 from instances.management.commands._job_filters import add_filters, selected_jobs
 from instances.models import OperatorAction
 from instances.operations import operator_action_record
+from instances.replay import REPLAYED, job_replay
 
 
 class Command(BaseCommand):

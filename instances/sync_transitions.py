@@ -1,0 +1,122 @@
+"""A sync transition. An updateData goes through its instance's write lane (seed 000's
+per-instance write funnel, `queue.lane_held`): it applies the async tickets accepted before it,
+then itself, inside the lane, and the automatic chain it makes possible runs after the lane is
+free; any other transition runs at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instances.engine.errors import VNextError
+from instances.engine.outcomes import PipelineFault
+from instances.engine.records import InstanceSnapshot
+from instances.job_handlers import job_execute, job_run
+from instances.orm_store import OrmStore
+from instances.queue import LaneTimeout, jobs_pending_list, lane_dispatch_next, lane_held, lane_take
+from instances.services import (
+    InstanceOutcome,
+    RequestInfo,
+    instance_snapshot,
+    instance_transition,
+    instance_transition_accept,
+    is_update_data,
+)
+from instances.status import JobKind
+from vnext.conf import vnext_setting
+
+_store = OrmStore()
+
+
+def _lane_drain(waiting: list[int]) -> int:
+    """Inside an instance's write lane: apply the tickets `waiting` in it, oldest first (they
+    were accepted before the caller's own update). Returns how many were applied here."""
+    applied = 0
+    for job_id in waiting:
+        job = lane_take(job_id)
+        if job is not None:
+            job_execute(job)
+            applied += 1
+    return applied
+
+
+def instance_transition_run(
+    *,
+    domain: str,
+    workflow: str,
+    ref: str,
+    transition_key: str,
+    body: Any,
+    info: RequestInfo,
+    addressed: InstanceSnapshot | None = None,
+) -> InstanceOutcome:
+    """A sync transition. An updateData is applied inside its instance's write lane (seed 000's
+    per-instance write funnel): it waits its turn — at most `DATA_WRITE_WAIT_SECONDS`, then it
+    is accepted as an async ticket instead (`queued`: the API answers 202) — applies the
+    tickets accepted before it, then itself, and answers its own result; the automatic chain
+    it makes possible runs after the lane. Any other transition runs at once."""
+    if addressed is None:
+        addressed = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+    if not is_update_data(addressed, transition_key):
+        return instance_transition(
+            domain=domain,
+            workflow=workflow,
+            ref=ref,
+            transition_key=transition_key,
+            body=body,
+            info=info,
+            addressed=addressed,
+        )
+    failure: PipelineFault | VNextError | None = None
+    drained = 0
+    try:
+        with lane_held(addressed.id, wait=float(vnext_setting("DATA_WRITE_WAIT_SECONDS"))):
+            # The instance as the writes before this one left it, read once the lane is held.
+            current, waiting = _store.lane_view(addressed.id)
+            drained = _lane_drain(waiting)
+            if drained or current is None:
+                current = instance_snapshot(domain=domain, workflow=workflow, ref=ref)
+            addressed = current
+            try:
+                outcome = instance_transition(
+                    domain=domain,
+                    workflow=workflow,
+                    ref=ref,
+                    transition_key=transition_key,
+                    body=body,
+                    info=info,
+                    addressed=addressed,
+                    defer_chain=True,
+                )
+            except (PipelineFault, VNextError) as refused:
+                # A fault is committed with its incident; a refusal wrote nothing.
+                failure = refused
+    except LaneTimeout:
+        accepted = instance_transition_accept(
+            domain=domain,
+            workflow=workflow,
+            ref=ref,
+            transition_key=transition_key,
+            body=body,
+            info=info,
+            addressed=addressed,
+        )
+        return InstanceOutcome(accepted.instance, created=False, queued=True)
+    if drained:
+        # Tickets accepted while those ran found them ahead and were refused: hand them over.
+        lane_dispatch_next(addressed.id)
+    if failure is not None:
+        raise failure
+    return _after_update(outcome)
+
+
+def _after_update(outcome: InstanceOutcome) -> InstanceOutcome:
+    # The automatic chain an update made possible runs now that the lane is free, here, so a
+    # sync answer shows where it led (its job stays for a worker should this be refused).
+    execution = outcome.execution
+    if execution is None or execution.deferred_automatic is None:
+        return outcome
+    instance_id = execution.instance.id
+    for job_id in jobs_pending_list(instance_id=instance_id, kind=JobKind.AUTOMATIC):
+        job_run(job_id)
+    current = _store.load(instance_id) or execution.instance
+    return InstanceOutcome(current, created=False, execution=execution)
