@@ -34,6 +34,7 @@ from instances.engine.visibility import (
     label_of,
     state_value,
 )
+from instances.job_payloads import TimerJob
 from instances.models import (
     Job,
 )
@@ -199,7 +200,7 @@ def _scheduled_transitions(instance: InstanceSnapshot, base: str) -> list[dict[s
     ).order_by("run_at")
     entries = []
     for job in timers:
-        key = str(job.payload.get("transition", ""))
+        key = TimerJob.from_json(job.payload).transition
         entries.append(
             {
                 "name": key,

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,18 @@ from instances.events import REFUSED as EVENT_REFUSED
 from instances.events import WAITING as EVENT_WAITING
 from instances.events import event_transition_admit
 from instances.field_encryption import open_request
-from instances.job_payloads import BoundaryRetryJob, RetryJob, TransitionJob, transition_job_of
+from instances.job_payloads import (
+    BoundaryRetryJob,
+    LongPollFallbackJob,
+    NotificationJob,
+    RetryJob,
+    SubflowEndJob,
+    SubflowResumeJob,
+    TaskNotificationJob,
+    TimerJob,
+    TransitionJob,
+    transition_job_of,
+)
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
 from instances.orm_store import OrmStore, transition_row_get
@@ -290,7 +301,7 @@ def _take_reservation(job: Job) -> bool:
     this job) to this claim's token."""
     if job.instance_id is None:
         return False
-    reservation = str(job.payload.get("reservation") or "")
+    reservation = transition_job_of(job.payload).reservation or ""
     return _store.take_reservation(job.instance_id, reservation, job.pk, job.lease_owner)
 
 
@@ -434,20 +445,15 @@ def _handle_update_data(job: Job) -> None:
         return  # an earlier claim's commit applied it (its outcome was not recorded)
     if instance.status == InstanceStatus.COMPLETED:
         raise JobSkipped(f"instance {instance.id} completed before the update was applied")
-    payload = open_request(job.payload, instance_id=job.instance_id)
-    key = str(payload.get("transition"))
-    transition = definition.transition_for(instance.current_state, key)
+    call = TransitionJob.from_json(open_request(job.payload, instance_id=job.instance_id))
+    transition = definition.transition_for(instance.current_state, call.transition)
     if transition is None or not transition.is_update_data:
-        raise JobSkipped(f"{key!r} is no longer an updateData of the definition")
-    request = TransitionRequest(
-        transition=transition,
-        trigger=Trigger.MANUAL,
-        attributes=payload.get("attributes"),
-        body=payload.get("body"),
-        headers=payload.get("headers") or {},
-        query=payload.get("query") or {},
-        actor=payload.get("actor") or "",
-        stage=payload.get("stage") or "",
+        raise JobSkipped(f"{call.transition!r} is no longer an updateData of the definition")
+    # A lane ticket may carry the event trigger of the request it queued behind: an update
+    # always ran as a manual one.
+    request = transition_request(
+        transition,
+        replace(call, trigger=None),
         row_seed=job_row_seed(job.pk),
         attempt=job.attempts,
     )
@@ -570,7 +576,9 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
     else:
         if instance.current_state != job.state:
             raise JobSkipped(f"the instance left state {job.state!r}; its timers are void")
-        transition = definition.transition_for(job.state, job.payload["transition"])
+        transition = definition.transition_for(
+            job.state, TimerJob.from_json(job.payload).transition
+        )
     if transition is None:
         raise JobSkipped("the transition is no longer in the definition")
     request = _job_request(job, transition, Trigger.SCHEDULED, actor="scheduler")
@@ -582,7 +590,7 @@ def _handle_subflow_resume(job: Job) -> None:
     child's data through the mapping's output handler and goes on (step 79, then Auto)."""
     loaded = _load(job)
     parent, definition = loaded.instance, loaded.definition
-    child_id = uuid.UUID(str(job.payload["child"]))
+    child_id = uuid.UUID(SubflowResumeJob.from_json(job.payload).child)
     if not _store.take_reservation(parent.id, subflow_owner(child_id), job.pk, job.lease_owner):
         raise JobSkipped(
             f"instance {parent.id} no longer waits for its child {child_id} "
@@ -610,7 +618,7 @@ def _handle_subflow_end(job: Job) -> None:
     child, definition = loaded.instance, loaded.definition
     if child.status == InstanceStatus.COMPLETED:
         raise JobSkipped(f"instance {child.id} is completed already")
-    wanted = job.payload.get("transitionKind")
+    wanted = SubflowEndJob.from_json(job.payload).transition_kind
     transition = definition.exit if wanted == TransitionKind.EXIT else None
     transition = transition or definition.cancel
     if transition is None:
@@ -652,7 +660,7 @@ def _handle_long_poll_fallback(job: Job) -> None:
     """No acknowledgement came within `fallbackTimeoutSeconds`: the paused run goes on."""
     loaded = _load(job)
     instance = loaded.instance
-    paused_by = f"{LONG_POLL_OWNER_PREFIX}{job.payload.get('token')}"
+    paused_by = f"{LONG_POLL_OWNER_PREFIX}{LongPollFallbackJob.from_json(job.payload).token}"
     if not _store.take_reservation(instance.id, paused_by, job.pk, job.lease_owner):
         raise JobSkipped(
             f"instance {instance.id} is no longer paused for this acknowledgement "
@@ -671,15 +679,15 @@ def _handle_notification(job: Job) -> None:
     content, then the channel; a failed delivery raises and the job is retried with backoff."""
     loaded = _load(job)
     instance, definition = loaded.instance, loaded.definition
-    payload = job.payload or {}
-    state = definition.states.get(str(payload.get("state", "")))
+    payload = NotificationJob.from_json(job.payload)
+    state = definition.states.get(payload.state)
     entries = state.raw.get("notifications") if state is not None else None
-    index = payload.get("index")
+    index = payload.index
     if not isinstance(entries, list) or not isinstance(index, int) or index >= len(entries):
         raise JobSkipped("the notification is no longer in the definition")
     entry = entries[index] if isinstance(entries[index], dict) else {}
     scripts = engine().scripts
-    transition = str(payload.get("transition", ""))
+    transition = payload.transition
     context = script_context(
         instance,
         transition_key=transition,
@@ -706,9 +714,9 @@ def _handle_notification(job: Job) -> None:
         _notification(
             job,
             instance,
-            state=str(payload.get("state")),
+            state=payload.state,
             transition=transition,
-            entered_at=str(payload.get("enteredAt", "")),
+            entered_at=payload.entered_at,
             content=content,
             headers=headers,
         )
@@ -721,27 +729,27 @@ def _handle_task_notification(job: Job) -> None:
     raises and the job is retried with backoff."""
     loaded = _load(job)
     instance, definition = loaded.instance, loaded.definition
-    payload = job.payload or {}
-    channel = str(payload.get("channel") or "")
+    payload = TaskNotificationJob.from_json(job.payload)
+    channel = payload.channel
     if not channel:
         raise JobSkipped("the notification names no channel")
-    content = payload.get("content")
+    content = payload.content
     if channel == STATE_CHANNEL:
         base = f"/api/v1/{instance.domain}/workflows/{instance.workflow_key}/instances"
         content = with_state_etag(state_function(definition, instance, f"{base}/{instance.id}"))
-    headers = payload.get("headers")
-    headers = headers if isinstance(headers, dict) else {}
+    # Shaped by a script when the task ran: only a mapping of names to values is sent.
+    headers = payload.headers if isinstance(payload.headers, dict) else {}
     notification_channel().send(
         _notification(
             job,
             instance,
-            state=str(payload.get("state", "")),
-            transition=str(payload.get("transition", "")),
-            entered_at=str(payload.get("at", "")),
+            state=payload.state,
+            transition=payload.transition,
+            entered_at=payload.at,
             content=content,
             headers={str(name): str(value) for name, value in headers.items()},
             channel=channel,
-            task=str(payload.get("task", "")),
+            task=payload.task,
         )
     )
 

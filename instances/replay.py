@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from instances.events import event_job_admitted
+from instances.job_payloads import TransitionJob, transition_job_of
 from instances.orm_store import OrmStore
 from instances.queue import job_requeue
 from instances.status import InstanceStatus, JobKind, JobStatus
@@ -84,8 +85,8 @@ def _replay_without_effect(job: Job) -> str:
         return f"instance {instance.id} has left state {job.state!r}"
     if job.kind == JobKind.TIMER and instance.status == InstanceStatus.FAULTED:
         return f"instance {instance.id} is faulted; retry or cancel the instance"
-    if job.kind == JobKind.TRANSITION and not job.payload.get("lockFree"):
-        reservation = str(job.payload.get("reservation") or "")
+    reservation = _reservation_of(job) if job.kind == JobKind.TRANSITION else None
+    if reservation is not None:
         owner = instance.busy_owner
         held = instance.status == InstanceStatus.BUSY and (
             owner == reservation or owner.startswith(f"job:{job.pk}:")
@@ -96,3 +97,12 @@ def _replay_without_effect(job: Job) -> str:
                 f"{instance.status}); send the transition again"
             )
     return ""
+
+
+def _reservation_of(job: Job) -> str | None:
+    """The Busy reservation a transition job takes its instance over from; None for a
+    lock-free one (it holds nothing)."""
+    call = transition_job_of(job.payload)
+    if isinstance(call, TransitionJob) and call.lock_free:
+        return None
+    return call.reservation or ""
