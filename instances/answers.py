@@ -20,7 +20,7 @@ from instances.engine.script_runner import script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.visibility import readable
 from instances.extensions import instance_extensions, listed_extensions
-from instances.job_handlers import instance_settle, relays_run
+from instances.job_handlers import relays_run
 from instances.models import Correlation, Instance, InstanceTransition
 from instances.selectors import (
     incident_active_get,
@@ -47,7 +47,7 @@ from instances.services import (
 )
 from instances.snapshots import snapshot_of
 from instances.status import InstanceStatus
-from instances.sync_transitions import instance_transition_run
+from instances.sync_transitions import instance_settle, instance_transition_run
 from instances.wiring import engine
 from vnext.conf import vnext_setting
 

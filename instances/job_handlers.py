@@ -61,13 +61,11 @@ from instances.orm_store import OrmStore, transition_row_get
 from instances.queue import (
     LaneTimeout,
     backoff,
-    job_boundary_retry_get,
     job_claim,
     job_claim_holds,
     job_complete,
     job_holder_settles_at,
     job_row_seed,
-    job_running_exists,
     job_status_get,
     jobs_due,
     jobs_fail_expired_leases,
@@ -504,31 +502,6 @@ def _run_boundary_retry(job: Job, loaded: _Loaded) -> None:
     request = boundary_retry_request(loaded.definition, BoundaryRetryJob.from_json(job.payload))
     request.attempt = job.attempts
     _execute(job, loaded, request, reserved=True)
-
-
-def instance_settle(instance_id: uuid.UUID, *, within: float) -> InstanceSnapshot | None:
-    """Wait, at most `within` seconds, for an instance whose run stopped on an error-boundary
-    retry to reach a rest point, running its due retry jobs here when no worker has taken them
-    (a sync request answers with the outcome, as the retries ran inline). Each retry stays a
-    durable job: this only claims it like any worker would. Returns the instance as it is."""
-    deadline = time.monotonic() + within
-    while True:
-        instance = _store.load(instance_id)
-        if instance is None or instance.status != InstanceStatus.BUSY:
-            return instance
-        pending = job_boundary_retry_get(instance_id=instance_id)
-        if pending is None and not job_running_exists(instance_id=instance_id):
-            return instance  # Busy for another reason: nothing of ours to wait for
-        wait = 0.02
-        if pending is not None:
-            wait = max((pending.run_at - timezone.now()).total_seconds(), 0.0)
-        if time.monotonic() + wait > deadline:
-            return instance
-        if wait:
-            time.sleep(wait)
-        if pending is not None and job_run(pending.pk) == "skipped":
-            # Another worker claimed it, or it is not claimable yet: poll, do not spin.
-            time.sleep(0.02)
 
 
 def _resume_if_partially_committed(

@@ -1,18 +1,30 @@
-"""A sync transition. An updateData goes through its instance's write lane (seed 000's
+"""A sync transition, and waiting for an instance to settle after one. An updateData goes through its instance's write lane (seed 000's
 per-instance write funnel, `queue.lane_held`): it applies the async tickets accepted before it,
 then itself, inside the lane, and the automatic chain it makes possible runs after the lane is
 free; any other transition runs at once."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any
+
+from django.utils import timezone
 
 from instances.engine.errors import VNextError
 from instances.engine.outcomes import PipelineFault
 from instances.engine.records import InstanceSnapshot
 from instances.job_handlers import job_execute, job_run
 from instances.orm_store import OrmStore
-from instances.queue import LaneTimeout, jobs_pending_list, lane_dispatch_next, lane_held, lane_take
+from instances.queue import (
+    LaneTimeout,
+    job_boundary_retry_get,
+    job_running_exists,
+    jobs_pending_list,
+    lane_dispatch_next,
+    lane_held,
+    lane_take,
+)
 from instances.services import (
     InstanceOutcome,
     RequestInfo,
@@ -21,7 +33,7 @@ from instances.services import (
     instance_transition_accept,
     is_update_data,
 )
-from instances.status import JobKind
+from instances.status import InstanceStatus, JobKind
 from vnext.conf import vnext_setting
 
 _store = OrmStore()
@@ -120,3 +132,28 @@ def _after_update(outcome: InstanceOutcome) -> InstanceOutcome:
         job_run(job_id)
     current = _store.load(instance_id) or execution.instance
     return InstanceOutcome(current, created=False, execution=execution)
+
+
+def instance_settle(instance_id: uuid.UUID, *, within: float) -> InstanceSnapshot | None:
+    """Wait, at most `within` seconds, for an instance whose run stopped on an error-boundary
+    retry to reach a rest point, running its due retry jobs here when no worker has taken them
+    (a sync request answers with the outcome, as the retries ran inline). Each retry stays a
+    durable job: this only claims it like any worker would. Returns the instance as it is."""
+    deadline = time.monotonic() + within
+    while True:
+        instance = _store.load(instance_id)
+        if instance is None or instance.status != InstanceStatus.BUSY:
+            return instance
+        pending = job_boundary_retry_get(instance_id=instance_id)
+        if pending is None and not job_running_exists(instance_id=instance_id):
+            return instance  # Busy for another reason: nothing of ours to wait for
+        wait = 0.02
+        if pending is not None:
+            wait = max((pending.run_at - timezone.now()).total_seconds(), 0.0)
+        if time.monotonic() + wait > deadline:
+            return instance
+        if wait:
+            time.sleep(wait)
+        if pending is not None and job_run(pending.pk) == "skipped":
+            # Another worker claimed it, or it is not claimable yet: poll, do not spin.
+            time.sleep(0.02)
