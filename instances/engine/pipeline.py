@@ -794,7 +794,7 @@ class Execution:
             retries = self._retries_before(hop, outcome, phase)
             outcome.row.attempts = retries + 1
             policy = decision.rule.retry_policy
-            if policy is not None and retries < policy.max_retries and not self.lock_free:
+            if policy is not None and policy.allows(retries + 1) and not self.lock_free:
                 due = self.engine.clock() + policy.delay(retries + 1)
                 self._schedule_retry(hop, outcome, phase, retries + 1, due)
                 raise _RetryScheduled()

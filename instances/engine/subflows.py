@@ -25,12 +25,11 @@ from instances.engine.overrides import OVERRIDES_KEY, SubflowOverrides
 from instances.engine.records import ChildStart, InstanceSnapshot, waiting_child
 from instances.engine.script_runner import response_data
 from instances.engine.scripts import ScriptError
+from instances.status import FlowType
 
 if TYPE_CHECKING:
     from instances.engine.definition import StateDef
     from instances.engine.pipeline import Execution, Hop
-
-SUBFLOW, SUBPROCESS = "S", "P"
 
 
 def parents_own(definition: WorkflowDefinition, state: str, key: str) -> bool:
@@ -61,7 +60,7 @@ def child_start(execution: Execution, hop: Hop, state: StateDef, context: Any) -
     input handler, the timeout, view and role overrides, and the job that runs its start
     transition."""
     config = state.subflow or {}
-    if config.get("type", SUBFLOW) != SUBFLOW:
+    if config.get("type", FlowType.SUBFLOW) != FlowType.SUBFLOW:
         raise VNextError(
             Codes.SUBFLOW_NOT_FOUND,
             f"state {state.key} has subFlow type {config.get('type')!r}; a state starts 'S' "
@@ -120,7 +119,7 @@ def child_start(execution: Execution, hop: Hop, state: StateDef, context: Any) -
         "reservation": reservation,
         "origin": str(execution.instance.id),
     }
-    return ChildStart(child, SUBFLOW, state.key, reservation, payload)
+    return ChildStart(child, FlowType.SUBFLOW, state.key, reservation, payload)
 
 
 def resume_patch(execution: Execution, state: StateDef, context: Any) -> dict[str, Any]:
