@@ -24,13 +24,13 @@ from django.utils import timezone
 
 from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
+from instances.engine.execution import TransitionRequest
 from instances.engine.outcomes import (
     ForwardToSubflow,
     PipelineFault,
     PipelineSuperseded,
     Rejected,
 )
-from instances.engine.pipeline import TransitionRequest
 from instances.engine.ports import CallOptions, InstanceAnswer, SubprocessParent
 from instances.engine.profiles import Order
 from instances.engine.records import (

@@ -23,6 +23,7 @@ from instances.engine.definition import (
     schema_reference,
 )
 from instances.engine.errors import Codes, ErrorCode, VNextError
+from instances.engine.execution import MAX_CHAIN_DEPTH, Execution, TaskResume, TransitionRequest
 from instances.engine.outcomes import (
     BUSY_EXEMPT,
     ForwardToSubflow,
@@ -31,7 +32,6 @@ from instances.engine.outcomes import (
 )
 from instances.engine.overrides import NO_OVERRIDES
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution, TaskResume, TransitionRequest
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.profiles import Order
 from instances.engine.records import (

@@ -7,7 +7,8 @@ from functools import cache
 
 from django.utils.module_loading import import_string
 
-from instances.engine.pipeline import Engine, EngineConfig
+from instances.engine.execution import EngineConfig
+from instances.engine.pipeline import Engine
 from instances.orm_store import COMPONENTS, OrmInstanceReader, OrmStore
 from locks.store import OrmLocks
 from vnext.conf import vnext_setting

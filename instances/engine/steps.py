@@ -35,6 +35,7 @@ from instances.engine.records import (
     subflow_owner,
     waiting_child,
 )
+from instances.engine.recovery import task_failed
 from instances.engine.script_runner import response_data, script_context
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.subflows import child_start, forward_target, resume_patch
@@ -53,7 +54,7 @@ from instances.status import (
 
 if TYPE_CHECKING:
     from instances.engine.definition import WorkflowDefinition
-    from instances.engine.pipeline import Engine, Execution, Hop
+    from instances.engine.execution import Execution, Hop, RunEngine
     from instances.engine.records import InstanceSnapshot
 
 logger = logging.getLogger("vnext.pipeline")
@@ -124,7 +125,7 @@ def _run_tasks(
         transition_id=row.id if row else None,
         task_responses=execution.task_responses,
         on_done=merge,
-        on_failed=lambda outcome, reference: execution.task_failed(hop, outcome, reference, phase),
+        on_failed=lambda outcome, reference: task_failed(execution, hop, outcome, reference, phase),
     )
 
 
@@ -640,7 +641,7 @@ class RunAutomaticTransitionsStep(Step):
 
 
 def automatic_transition(
-    engine: Engine,
+    engine: RunEngine,
     definition: WorkflowDefinition,
     instance: InstanceSnapshot,
     context: Callable[[], Any],

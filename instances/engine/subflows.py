@@ -29,7 +29,7 @@ from instances.status import FlowType
 
 if TYPE_CHECKING:
     from instances.engine.definition import StateDef
-    from instances.engine.pipeline import Execution, Hop
+    from instances.engine.execution import Execution, Hop
 
 
 def parents_own(definition: WorkflowDefinition, state: str, key: str) -> bool:
