@@ -332,6 +332,9 @@ class Execution:
                 "the instance completed before this update was applied",
                 instance_id=str(self.instance.id),
             )
+        return self._busy_refusal()
+
+    def _busy_refusal(self) -> Rejected:
         return Rejected(
             Codes.INSTANCE_BUSY,
             "the instance changed or is busy with another transition",
@@ -382,11 +385,7 @@ class Execution:
         waited_by = self.instance.busy_owner
         taken = self.engine.store.hand_over(self.instance.id, waited_by, self.owner)
         if taken is None:
-            raise Rejected(
-                Codes.INSTANCE_BUSY,
-                "the instance changed or is busy with another transition",
-                instance_id=str(self.instance.id),
-            )
+            raise self._busy_refusal()
         self.waiting_owner = waited_by
         self.holds_busy = True
         self.committed = True

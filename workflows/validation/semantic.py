@@ -7,10 +7,9 @@ semantic finding that can be made, never an exception.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
-from instances.engine.boundaries import BoundaryAction, iso_duration, parse_action
+from instances.engine.boundaries import BoundaryAction, parse_action
 from instances.engine.definition import SELF
 from instances.engine.errors import Violation
 from instances.status import FlowType, StateType, TaskType, Trigger
@@ -23,7 +22,7 @@ from workflows.validation.notifications import (
 )
 from workflows.validation.scripts import Resolver
 from workflows.validation.subflows import subflow_override_violations
-from workflows.validation.timeouts import timeout_violations
+from workflows.validation.timeouts import retry_policy_violations, timeout_violations
 
 # `triggerKind` of the automatic transition that fires when no rule holds.
 DEFAULT_AUTO = 10
@@ -405,7 +404,7 @@ def _error_boundary_violations(
             )
         policy = rule.get("retryPolicy")
         if action == BoundaryAction.RETRY and isinstance(policy, dict):
-            yield from _retry_policy_violations(policy, (*rule_path, "retryPolicy"))
+            yield from retry_policy_violations(policy, (*rule_path, "retryPolicy"))
         elif action != BoundaryAction.RETRY and policy is not None:
             yield Violation(
                 json_pointer(*rule_path, "retryPolicy"), "only a Retry rule has a retryPolicy"
@@ -418,19 +417,6 @@ def _error_boundary_violations(
             yield Violation(
                 json_pointer(*rule_path, "retryPolicy"), "a Retry rule needs a retryPolicy"
             )
-
-
-def _retry_policy_violations(policy: dict[str, Any], path: tuple[Any, ...]) -> Iterator[Violation]:
-    initial = iso_duration(policy.get("initialDelay"))
-    if initial is not None and initial <= timedelta(0):
-        yield Violation(
-            json_pointer(*path, "initialDelay"), "initialDelay must be longer than zero"
-        )
-    largest = iso_duration(policy.get("maxDelay"))
-    if largest is not None and initial is not None and largest < initial:
-        yield Violation(
-            json_pointer(*path, "maxDelay"), "maxDelay must not be shorter than initialDelay"
-        )
 
 
 # --- fan-out tasks (seed 002, "Doğrulama") --------------------------------------------------------
@@ -482,7 +468,7 @@ def _fan_out_violations(document: dict[str, Any], resolver: Resolver) -> Iterato
                 "transition to divert to (use abort, retry, ignore or log)",
             )
         if isinstance(rule.get("retryPolicy"), dict):
-            yield from _retry_policy_violations(
+            yield from retry_policy_violations(
                 rule["retryPolicy"], (*base, "errorBoundary", "onError", index, "retryPolicy")
             )
     inner_ref = ComponentRef.from_reference(config.get("task"))
