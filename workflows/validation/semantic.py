@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from instances.engine.boundaries import BoundaryAction, parse_action
-from instances.engine.definition import SELF
+from instances.engine.definition import DEFAULT_AUTO, SELF
 from instances.engine.errors import Violation
 from instances.status import FlowType, StateType, TaskType, Trigger
 from workflows.documents import KIND_BY_FLOW, ComponentKind, ComponentRef, json_pointer
@@ -24,8 +24,6 @@ from workflows.validation.scripts import Resolver
 from workflows.validation.subflows import subflow_override_violations
 from workflows.validation.timeouts import retry_policy_violations, timeout_violations
 
-# `triggerKind` of the automatic transition that fires when no rule holds.
-DEFAULT_AUTO = 10
 DIVERTING = (BoundaryAction.ROLLBACK, BoundaryAction.NOTIFY)
 # The triggers a state's own transition may have (an error-boundary run is the engine's).
 STATE_TRIGGERS = (Trigger.MANUAL, Trigger.AUTOMATIC, Trigger.SCHEDULED, Trigger.EVENT)
