@@ -24,8 +24,8 @@ from django.utils import timezone
 from instances.builtin_functions import state_function, with_state_etag
 from instances.engine.definition import TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
+from instances.engine.execution import TransitionRequest
 from instances.engine.outcomes import ForwardToSubflow, PipelineFault, PipelineSuperseded, Rejected
-from instances.engine.pipeline import TransitionRequest
 from instances.engine.profiles import Order
 from instances.engine.records import LONG_POLL_OWNER_PREFIX, InstanceSnapshot, subflow_owner
 from instances.engine.script_runner import response_data, script_context

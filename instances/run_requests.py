@@ -15,7 +15,7 @@ from instances.engine.definition import (
     WorkflowDefinition,
 )
 from instances.engine.errors import Codes, VNextError
-from instances.engine.pipeline import TaskResume, TransitionRequest
+from instances.engine.execution import TaskResume, TransitionRequest
 from instances.engine.profiles import Order
 from instances.job_payloads import BoundaryRetryJob, FaultToRetry, TransitionJob
 from instances.orm_store import ended_subflow_child_get

@@ -19,8 +19,8 @@ from instances.engine.definition import (
     WorkflowDefinition,
 )
 from instances.engine.errors import Codes, VNextError
+from instances.engine.execution import MAX_CHAIN_DEPTH
 from instances.engine.overrides import NO_OVERRIDES, OVERRIDES_KEY, SubflowOverrides
-from instances.engine.pipeline import MAX_CHAIN_DEPTH
 from instances.engine.records import InstanceSnapshot, waiting_child
 from instances.engine.roles import Caller, allowed
 from instances.engine.visibility import (

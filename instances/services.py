@@ -21,13 +21,13 @@ from instances.engine.definition import (
     schema_reference,
 )
 from instances.engine.errors import Codes, ErrorCode, VNextError
+from instances.engine.execution import MAX_CHAIN_DEPTH, Execution
 from instances.engine.outcomes import (
     BUSY_EXEMPT,
     ForwardToSubflow,
 )
 from instances.engine.overrides import NO_OVERRIDES
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.pipeline import MAX_CHAIN_DEPTH, Execution
 from instances.engine.ports import BusinessKeyTaken
 from instances.engine.records import (
     LONG_POLL_OWNER_PREFIX,

@@ -1,5 +1,5 @@
-"""The vocabulary: instance, transition, task, job and correlation statuses, state types,
-triggers and job kinds, each defined once.
+"""The vocabulary: instance, transition, task, job and correlation statuses, state, task, flow
+and execution types, triggers and job kinds, each defined once.
 
 Plain Python enums (the engine imports them and stays free of Django); models take their
 `choices(...)`. Every status write in SQL is guarded by the status it expects to replace
@@ -59,10 +59,6 @@ class InstanceStatus(TextChoices):
     PASSIVE = "P", "Passive"  # suspended by an operator
 
 
-# Instance statuses from which no transition is accepted any more.
-TERMINAL_STATUSES = frozenset({InstanceStatus.COMPLETED})
-
-
 class StateType(IntegerChoices):
     """`stateType` of a state definition (seed 001)."""
 
@@ -86,6 +82,47 @@ STATE_SUBTYPE_NAMES = {
     8: "timeout",
 }
 STATE_TYPE_NAMES = {1: "initial", 2: "intermediate", 3: "final", 4: "subflow", 5: "wizard"}
+
+
+class TaskType(TextChoices):
+    """`type` of a task definition: vNext's task codes (`task-definition.schema.json`), and the
+    fan-out task this runtime adds (seed 002). `EXECUTORS` says which of them run here."""
+
+    DAPR_HTTP_ENDPOINT = "1", "Dapr HTTP Endpoint"
+    DAPR_BINDING = "2", "Dapr Binding"
+    DAPR_SERVICE = "3", "Dapr Service"
+    DAPR_PUBSUB = "4", "Dapr PubSub"
+    HUMAN = "5", "Human Task"
+    HTTP = "6", "HTTP Task"
+    SCRIPT = "7", "Script Task"
+    CONDITION = "8", "Condition Task"
+    TIMER = "9", "Timer Task"
+    NOTIFICATION = "10", "Notification Task"
+    START_FLOW = "11", "Start Flow Task"
+    DIRECT_TRIGGER = "12", "Trigger Transition Task"
+    GET_INSTANCE_DATA = "13", "Get Instance Data Task"
+    SUBPROCESS = "14", "SubProcess Task"
+    GET_INSTANCES = "15", "Get Instances Task"
+    SOAP = "16", "SOAP Task"
+    STATE_STORE = "17", "State Store Task"
+    CACHE_ASIDE = "18", "Cache Aside Task"
+    GET_INSTANCE = "19", "Get Instance Task"
+    DAPR_CONVERSATION = "20", "Dapr Conversation Task"
+    FAN_OUT = "21", "Fan-Out Task"  # ours: one inner task per item of a collection
+
+
+class FlowType(TextChoices):
+    """`subFlow.type` of a SubFlow state, and the type of a parent/child `Correlation`."""
+
+    SUBFLOW = "S", "SubFlow"  # the parent waits, Busy, until its child ends
+    SUBPROCESS = "P", "SubProcess"  # the child runs on its own; the parent goes on
+
+
+class ExecutionType(TextChoices):
+    """`executionType` of a workflow or a transition: it overrides the request's `?sync`."""
+
+    SYNC = "S", "Synchronous"
+    ASYNC = "A", "Asynchronous"
 
 
 class Trigger(IntegerChoices):

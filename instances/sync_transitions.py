@@ -1,7 +1,7 @@
-"""A sync transition, and waiting for an instance to settle after one. An updateData goes through its instance's write lane (seed 000's
-per-instance write funnel, `queue.lane_held`): it applies the async tickets accepted before it,
-then itself, inside the lane, and the automatic chain it makes possible runs after the lane is
-free; any other transition runs at once."""
+"""A sync transition, and a sync answer waiting for its instance to settle. An updateData goes
+through its instance's write lane (seed 000's per-instance write funnel, `queue.lane_held`): it
+applies the async tickets accepted before it, then itself, inside the lane, and the automatic
+chain it makes possible runs after the lane is free; any other transition runs at once."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from instances.engine.pipeline import Engine, EngineConfig
+from instances.engine.execution import EngineConfig
+from instances.engine.pipeline import Engine
 from instances.engine.ports import InstanceWriter
 from instances.instance_reader import OrmInstanceReader
 from instances.orm_store import OrmStore

@@ -100,6 +100,10 @@ class RetryPolicy:
             jitter=bool(raw.get("useJitter", True)),
         )
 
+    def allows(self, retry: int) -> bool:
+        """Whether retry number `retry` (1 is the first) may run: at most `maxRetries` do."""
+        return retry <= self.max_retries
+
     def delay(self, retry: int, rng: random.Random | None = None) -> timedelta:
         """The wait before retry number `retry` (1 is the first): the initial delay, multiplied
         by `multiplier` per earlier retry when exponential, plus up to half of it as jitter,

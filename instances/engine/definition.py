@@ -11,7 +11,7 @@ from typing import Any
 from instances.engine.overrides import NO_OVERRIDES, SubflowOverrides
 from instances.engine.roles import all_allowed
 from instances.engine.scripts import DEFAULT_ALLOWED_MODULES
-from instances.status import StateType, Trigger
+from instances.status import ExecutionType, StateType, Trigger
 
 SELF = "$self"
 DEFAULT_AUTO = 10
@@ -65,10 +65,9 @@ class TransitionDef:
         return int(self.raw.get("triggerType", Trigger.MANUAL))
 
     @property
-    def execution_type(self) -> str | None:
-        """`executionType`: "S" (sync) or "A" (async) overriding the request's choice, or None."""
-        value = self.raw.get("executionType")
-        return value if value in ("S", "A") else None
+    def execution_type(self) -> ExecutionType | None:
+        """`executionType`: sync or async, overriding the request's choice, or None."""
+        return _execution_type(self.raw.get("executionType"))
 
     @property
     def is_default_auto(self) -> bool:
@@ -238,9 +237,8 @@ class WorkflowDefinition:
         `executionType`, else the workflow's, else what the request asked (`?sync`)."""
         chosen = transition.execution_type if transition is not None else None
         if chosen is None:
-            value = self.attributes.get("executionType")
-            chosen = value if value in ("S", "A") else None
-        return requested if chosen is None else chosen == "S"
+            chosen = _execution_type(self.attributes.get("executionType"))
+        return requested if chosen is None else chosen is ExecutionType.SYNC
 
     def _special(self, name: str, kind: str) -> TransitionDef | None:
         raw = self.attributes.get(name)
@@ -360,3 +358,8 @@ class WorkflowDefinition:
             if t.trigger_type == Trigger.SCHEDULED
             and t.kind in (TransitionKind.STATE, TransitionKind.SHARED)
         ]
+
+
+def _execution_type(value: Any) -> ExecutionType | None:
+    # A value publishing would refuse (or none) leaves the choice to the request.
+    return next((member for member in ExecutionType if member == value), None)

@@ -53,6 +53,7 @@ from instances.engine.errors import Codes, ErrorCode
 from instances.engine.script_runner import ScriptHandle, response_data, stopped_code
 from instances.engine.script_wire import ScriptObject
 from instances.engine.scripts import ScriptError
+from instances.engine.task_types import PURE_TASK_TYPES
 from instances.engine.task_types.base import StandardResponse, TaskFailure
 from instances.engine.telemetry import (
     FAN_OUT_BATCHES,
@@ -60,16 +61,12 @@ from instances.engine.telemetry import (
     FAN_OUT_SATURATED,
     FAN_OUT_SECONDS,
 )
+from instances.status import TaskType
 
 logger = logging.getLogger(__name__)
 
-FAN_OUT_TYPE = "21"
 DEFAULT_RESULT_KEY = "fanOutResults"
 DEFAULT_MAX_CONCURRENT_ITEMS = 64
-# Inner task types whose work is computed from their input (no I/O): without an item mapping
-# they compute on the item itself, as a Script task reads its branch's body.
-_COMPUTED_TYPES = frozenset({"7", "8"})
-_HTTP_TYPE = "6"
 # The shortest timeout an HTTP inner task is given when its item is nearly out of time.
 _MIN_CALL_SECONDS = 0.05
 
@@ -582,7 +579,7 @@ class FanOutTask:
         """Select the items, run the batch, join and package. Raises `TaskFailure` for what
         fails the batch before or after its items: a bad selection, a nested fan-out, an item
         selector or output handler that raised."""
-        if self.inner.task_type == FAN_OUT_TYPE:
+        if self.inner.task_type == TaskType.FAN_OUT:
             raise _invalid(
                 f"nested fan-out: the inner task {self.inner.key} is itself a Fan-Out task"
             )
@@ -718,7 +715,8 @@ class FanOutTask:
             decision = boundary.decide(matched)
             if decision is not None and decision.action is BoundaryAction.RETRY:
                 policy = decision.rule.retry_policy
-                if policy is not None and attempts <= policy.max_retries:
+                # After attempt n comes retry n.
+                if policy is not None and policy.allows(attempts):
                     if control.pause(policy.delay(attempts).total_seconds()):
                         continue
                     return failed
@@ -750,11 +748,13 @@ class FanOutTask:
                     stopped_code(exc, Codes.TASK_INPUT_MAPPING_FAILED),
                     f"item_input_handler failed: {exc}",
                 ) from exc
-            if self.inner.task_type in _COMPUTED_TYPES:
+            if self.inner.task_type in PURE_TASK_TYPES:
                 input_data = response_data(returned)
-        elif self.inner.task_type in _COMPUTED_TYPES:
+        elif self.inner.task_type in PURE_TASK_TYPES:
+            # Without an item mapping a pure inner task computes on the item itself, as a
+            # Script task reads its branch's body.
             input_data = copy.deepcopy(item.value)
-        if self.inner.task_type == _HTTP_TYPE:
+        if self.inner.task_type == TaskType.HTTP:
             configured = float(task.get("timeout_seconds") or 30)
             task.timeout_seconds = max(min(configured, control.remaining()), _MIN_CALL_SECONDS)
         return self.inner.execute(task, input_data)

@@ -30,7 +30,7 @@ from instances.engine.records import (
     deep_merge,
     new_etag,
 )
-from instances.status import InstanceStatus, TransitionStatus
+from instances.status import FlowType, InstanceStatus, TransitionStatus
 
 
 class LockRelease(Enum):
@@ -444,7 +444,7 @@ class InMemoryStore:
         own = self.correlations.get(row.parent_correlation_id or 0)
         if writes.parent_correlation_status and own and own["status"] == "active":
             own["status"] = writes.parent_correlation_status
-            if own["type"] == "S":
+            if own["type"] == FlowType.SUBFLOW:
                 payload = {"child": str(row.id), "origin": str(row.id)}
                 self.jobs.append(
                     _job_dict(own["parent"], JobRow("subflow-resume", self.clock(), "", payload))

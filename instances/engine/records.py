@@ -13,7 +13,7 @@ from typing import Any
 
 from instances.engine.overrides import SubflowOverrides
 from instances.engine.protection import Opened
-from instances.status import InstanceStatus
+from instances.status import FlowType, InstanceStatus
 
 
 def new_etag() -> str:
@@ -197,10 +197,10 @@ def waiting_child(instance: InstanceSnapshot) -> uuid.UUID | None:
 @dataclass
 class ChildStart:
     """A child instance started with this flush: its row (Busy, reserved for its start job),
-    the correlation to the parent (`S` subflow, `P` subprocess) and the start job's payload."""
+    the correlation to the parent (subflow or subprocess) and the start job's payload."""
 
     instance: InstanceSnapshot
-    correlation_type: str
+    correlation_type: FlowType
     parent_state: str
     reservation: str
     job_payload: dict[str, Any]

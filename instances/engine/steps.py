@@ -1,4 +1,5 @@
-"""The twenty pipeline steps, one small class each, named after seed 000's step table.
+"""The twenty pipeline steps, one small class each, named after seed 000's step table (what they
+share: `step_support.py`; timer due times: `timers.py`).
 
 Steps whose capability belongs to a later feature (subflows, resource locks, long-poll, the
 timeout trigger) keep their order and profile membership and do the minimal correct thing.
@@ -9,18 +10,10 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
-from django.utils.dateparse import parse_datetime, parse_duration
-
-from instances.engine.definition import (
-    DEFAULT_FALLBACK_SECONDS,
-    StateDef,
-    TransitionDef,
-    TransitionKind,
-)
+from instances.engine.definition import DEFAULT_FALLBACK_SECONDS, TransitionDef, TransitionKind
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import BUSY_EXEMPT, ForwardToSubflow, Rejected
 from instances.engine.ports import LockRelease
@@ -31,22 +24,22 @@ from instances.engine.records import (
     JobRow,
     Rederive,
     TransitionRow,
-    deep_merge,
     subflow_owner,
     waiting_child,
 )
-from instances.engine.script_runner import response_data, script_context
-from instances.engine.scripts import ScriptError, ScriptResponse
-from instances.engine.subflows import child_start, forward_target, resume_patch
-from instances.engine.task_types import PURE_TASK_TYPES
-from instances.engine.tasks import TaskOutcome
-from instances.engine.timeouts import TimerReset, timeout_reset
-from instances.job_payloads import (
-    LongPollFallbackJob,
-    NotificationJob,
-    TaskNotificationJob,
-    TimerJob,
+from instances.engine.script_runner import response_data
+from instances.engine.scripts import ScriptResponse
+from instances.engine.step_support import (
+    Step,
+    hop_context,
+    hop_does_io,
+    merge_data,
+    resumes_phase,
+    run_tasks,
 )
+from instances.engine.subflows import child_start, forward_target, resume_patch
+from instances.engine.timers import rearm_workflow_timeout, timer_due, workflow_timeout_due
+from instances.job_payloads import LongPollFallbackJob, NotificationJob, TimerJob
 from instances.status import (
     STATE_SUBTYPE_NAMES,
     STATE_TYPE_NAMES,
@@ -59,143 +52,10 @@ from instances.status import (
 
 if TYPE_CHECKING:
     from instances.engine.definition import WorkflowDefinition
-    from instances.engine.pipeline import Engine, Execution, Hop
+    from instances.engine.execution import Execution, Hop, RunEngine
     from instances.engine.records import InstanceSnapshot
 
 logger = logging.getLogger("vnext.pipeline")
-
-
-class Step:
-    """A pipeline step: `order` places it, `run` does its one job and says how to go on."""
-
-    order: ClassVar[Order]
-
-    def run(self, execution: Execution, hop: Hop) -> Outcome:
-        """Do the step's work for `hop`."""
-        raise NotImplementedError
-
-
-def _context(
-    execution: Execution, hop: Hop, data: dict[str, Any] | None = None, **extra: Any
-) -> Any:
-    # `data`: the context over other instance data (a patch derived again, see `_merge_data`).
-    instance = execution.instance if data is None else replace(execution.instance, data=data)
-    return script_context(
-        instance,
-        transition_key=hop.transition.key,
-        body=hop.request.attributes,
-        headers=hop.request.headers,
-        query=hop.request.query,
-        task_responses=execution.task_responses,
-        configuration=execution.engine.config.script_configuration,
-        **extra,
-    )
-
-
-def _resumed(hop: Hop, phase: str) -> bool:
-    # An error-boundary retry re-enters its hop at the failed task of this phase.
-    resume = hop.request.resume_tasks
-    return hop.depth == 0 and resume is not None and resume.phase == phase
-
-
-def _run_tasks(
-    execution: Execution, hop: Hop, references: list[dict[str, Any]], phase: str
-) -> None:
-    resume = hop.request.resume_tasks if _resumed(hop, phase) else None
-    if resume is not None:
-        references = [reference for reference in references if resume.selects(reference)]
-    if not references:
-        return
-    if _tasks_do_io(execution, references):
-        execution.ensure_busy()
-    row = hop.row
-
-    def merge(outcome: TaskOutcome) -> None:
-        if resume is not None and outcome.key in resume.keys:
-            # The journal numbers the attempts of a task its error boundary retried.
-            outcome.row.attempts = hop.request.boundary_retries + 1
-        execution.writes.tasks.append(outcome.row)
-        execution.writes.tasks.extend(outcome.item_rows)
-        if outcome.response is not None:
-            execution.task_responses[outcome.key] = outcome.response
-        _merge_data(execution, outcome.patch, execution.strategy_for(hop), outcome.rederive)
-        _enqueue_notifications(execution, hop, outcome)
-
-    execution.engine.tasks.run(
-        references,
-        phase=phase,
-        definition=execution.definition,
-        instance=execution.instance,
-        transition_key=hop.transition.key,
-        transition_id=row.id if row else None,
-        task_responses=execution.task_responses,
-        on_done=merge,
-        on_failed=lambda outcome, reference: execution.task_failed(hop, outcome, reference, phase),
-    )
-
-
-def _enqueue_notifications(execution: Execution, hop: Hop, outcome: TaskOutcome) -> None:
-    # A notification task's messages commit with the hop as jobs (the transactional outbox):
-    # sent once it is committed, retried until delivered; a hop that faults drops its own.
-    now = execution.engine.clock()
-    for message in outcome.notifications:
-        job = JobRow(
-            kind=JobKind.TASK_NOTIFICATION,
-            run_at=now,
-            payload=TaskNotificationJob(
-                task=outcome.key,
-                channel=message.channel,
-                content=message.content,
-                headers=message.headers,
-                state=execution.instance.current_state,
-                transition=hop.transition.key,
-                at=now.isoformat(),
-            ).to_json(),
-        )
-        execution.writes.jobs.append(job)
-        hop.notification_jobs.append(job)
-
-
-def _merge_data(
-    execution: Execution,
-    patch: dict[str, Any],
-    strategy: str,
-    rederive: Rederive | None = None,
-) -> None:
-    # A patch a script derived from the data carries `rederive`: should another write change
-    # the data before this run's flush, the flush makes the patch again from the data as
-    # committed (the write funnel, Execution.flush) instead of writing it stale.
-    if patch:
-        execution.instance.data = deep_merge(execution.instance.data, patch)
-    execution.writes.merge_data(patch, strategy, rederive)
-
-
-def _tasks_do_io(execution: Execution, references: list[dict[str, Any]]) -> bool:
-    # Script and condition tasks compute in the script worker and touch nothing outside: a hop
-    # made only of them commits once, guarded by the state it loaded, like a hop with no task.
-    # A task that is not published counts as I/O; it fails when it runs.
-    components = execution.engine.tasks.components
-    for reference in references:
-        document = components.component("task", reference.get("task") or {})
-        attributes = (document or {}).get("attributes") or {}
-        if str(attributes.get("type")) not in PURE_TASK_TYPES:
-            return True
-    return False
-
-
-def _hop_does_io(execution: Execution, hop: Hop) -> bool:
-    definition = execution.definition
-    target = hop.transition.resolved_target(execution.instance.current_state)
-    if hop.transition.tasks and _tasks_do_io(execution, hop.transition.tasks):
-        return True
-    self_only = hop.transition.is_update_data
-    source = definition.states.get(hop.source_state or "")
-    if not self_only and source is not None and _tasks_do_io(execution, source.on_exits):
-        return True
-    entered = definition.states.get(target)
-    if entered is None or self_only:
-        return False
-    return entered.state_type == StateType.SUBFLOW or _tasks_do_io(execution, entered.on_entries)
 
 
 class PreflightStep(Step):
@@ -265,7 +125,7 @@ class SetBusyStep(Step):
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         if hop.transition.kind in BUSY_EXEMPT and not execution.is_new:
             execution.take_over_busy(hop)
-        elif _hop_does_io(execution, hop) and not execution.holds_busy:
+        elif hop_does_io(execution, hop) and not execution.holds_busy:
             # The attempt row (step 20) goes with the Busy compare-and-set: one transaction.
             row = execution.transition_row(hop)
             execution.writes.transitions[row.id] = row
@@ -305,7 +165,7 @@ class ParentUpdateDataDataOnlyStep(Step):
         # the state lifecycle and the epilogue are skipped (the child is running its part).
         patch = hop.request.attributes
         if isinstance(patch, dict) and patch:
-            _merge_data(execution, patch, execution.strategy_for(hop))
+            merge_data(execution, patch, execution.strategy_for(hop))
         hop.data_only = True
         return Outcome.skip_to_finalize()
 
@@ -367,7 +227,7 @@ class ResourceLockStep(Step):
             raise VNextError(Codes.RESOURCE_LOCK_KEY_INVALID, "resourceLock has no keyExpression")
         value = response_data(
             execution.engine.scripts.call(
-                expression, execution.definition, "handler", _context(execution, hop)
+                expression, execution.definition, "handler", hop_context(execution, hop)
             )
         )
         if not isinstance(value, str) or not value.strip():
@@ -387,19 +247,19 @@ class OnExecuteStep(Step):
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         transition = hop.transition
         mapping = transition.raw.get("mapping")
-        if _resumed(hop, "onExecute"):
+        if resumes_phase(hop, "onExecute"):
             # A retry of a failed task: the mapping already ran (and was committed).
-            _run_tasks(execution, hop, transition.tasks, "onExecute")
+            run_tasks(execution, hop, transition.tasks, "onExecute")
             return Outcome.proceed()
         if isinstance(mapping, dict) and mapping.get("code"):
             returned = execution.engine.scripts.call(
-                mapping, execution.definition, "handler", _context(execution, hop)
+                mapping, execution.definition, "handler", hop_context(execution, hop)
             )
             if isinstance(returned, ScriptResponse) and returned.key and not execution.instance.key:
                 execution.instance.key = returned.key
                 execution.writes.set(key=returned.key)
             patch = response_data(returned)
-            _merge_data(
+            merge_data(
                 execution,
                 patch if isinstance(patch, dict) else {},
                 execution.strategy_for(hop),
@@ -408,8 +268,8 @@ class OnExecuteStep(Step):
         else:
             patch = hop.request.attributes
             if isinstance(patch, dict) and patch:
-                _merge_data(execution, patch, execution.strategy_for(hop))
-        _run_tasks(execution, hop, transition.tasks, "onExecute")
+                merge_data(execution, patch, execution.strategy_for(hop))
+        run_tasks(execution, hop, transition.tasks, "onExecute")
         return Outcome.proceed()
 
 
@@ -418,7 +278,7 @@ def _mapping_rederive(execution: Execution, hop: Hop, mapping: dict[str, Any]) -
     task_responses = dict(execution.task_responses)
 
     def rederive(data: dict[str, Any]) -> dict[str, Any]:
-        context = _context(execution, hop, data)
+        context = hop_context(execution, hop, data)
         context.task_responses = dict(task_responses)
         returned = execution.engine.scripts.call(mapping, execution.definition, "handler", context)
         patch = response_data(returned)
@@ -457,7 +317,7 @@ class OnExitStep(Step):
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         source = execution.definition.states.get(hop.source_state or "")
         if source is not None:
-            _run_tasks(execution, hop, source.on_exits, "onExit")
+            run_tasks(execution, hop, source.on_exits, "onExit")
         return Outcome.proceed()
 
 
@@ -488,7 +348,7 @@ class ChangeStateStep(Step):
             modified_by=hop.request.actor,
         )
         execution.writes.bump_state_version = True
-        _rearm_workflow_timeout(execution, hop, state)
+        rearm_workflow_timeout(execution, hop, state)
         if execution.holds_busy and (state.on_entries or state.state_type == StateType.SUBFLOW):
             # Seed 000's commit point: the new state (still Busy) is durable before OnEntry's
             # I/O. Readers see it; a run that dies in OnEntry resumes there, never re-running
@@ -499,27 +359,6 @@ class ChangeStateStep(Step):
         return Outcome.proceed()
 
 
-def _rearm_workflow_timeout(execution: Execution, hop: Hop, entered: StateDef) -> None:
-    """A workflow timeout whose `timer.reset` is `transition` (or `state-change`, when the hop
-    enters another state) gets a new deadline, its full duration from now: the pending timeout
-    job is moved in the transaction that commits the state change (`reschedule_timeout`). The
-    start arms it, the timeout's own hop spends it, and a final state cancels it instead."""
-    kind = hop.transition.kind
-    if kind in (TransitionKind.START, TransitionKind.TIMEOUT) or entered.is_final:
-        return
-    timeout = execution.definition.timeout_for(execution.instance.extra)
-    if timeout is None:
-        return
-    reset = timeout_reset(timeout.raw)
-    if reset is TimerReset.NEVER:
-        return
-    if reset is TimerReset.STATE_CHANGE and hop.source_state == entered.key:
-        return
-    due = workflow_timeout_due(execution, hop, timeout)
-    if due is not None:
-        execution.writes.reschedule_timeout = due
-
-
 class OnEntryStep(Step):
     """60: the onEntries tasks of the state entered."""
 
@@ -527,7 +366,7 @@ class OnEntryStep(Step):
 
     def run(self, execution: Execution, hop: Hop) -> Outcome:
         state = execution.definition.state(hop.target_state)
-        _run_tasks(execution, hop, state.on_entries, "onEntry")
+        run_tasks(execution, hop, state.on_entries, "onEntry")
         # The state's notifications commit with the hop that entered it (after its onEntries
         # succeeded): one job each, run once the hop is committed (seed 001).
         entered = execution.engine.clock()
@@ -564,7 +403,7 @@ class SubFlowStep(Step):
             # A `$self` transition re-entered the state while its child runs: one child only.
             return Outcome.skip_to_finalize()
         execution.ensure_busy()
-        child = child_start(execution, hop, state, _context(execution, hop))
+        child = child_start(execution, hop, state, hop_context(execution, hop))
         execution.writes.children.append(child)
         execution.waiting_owner = subflow_owner(child.instance.id)
         return Outcome.skip_to_finalize()
@@ -615,13 +454,13 @@ class ClearBusyOnResumeStep(Step):
         state = execution.definition.state(execution.instance.current_state)
 
         def derive(data: dict[str, Any] | None = None) -> dict[str, Any]:
-            context = _context(execution, hop, data)
+            context = hop_context(execution, hop, data)
             context.body = result
             return resume_patch(execution, state, context)
 
         mapping = (state.subflow or {}).get("mapping")
         reads = isinstance(mapping, dict) and bool(mapping.get("code"))
-        _merge_data(execution, derive(), execution.strategy_for(hop), derive if reads else None)
+        merge_data(execution, derive(), execution.strategy_for(hop), derive if reads else None)
         return Outcome.proceed()
 
 
@@ -638,7 +477,7 @@ class RunAutomaticTransitionsStep(Step):
             execution.engine,
             execution.definition,
             execution.instance,
-            lambda: _context(execution, hop),
+            lambda: hop_context(execution, hop),
         )
         if picked is None:
             return Outcome.proceed()
@@ -646,7 +485,7 @@ class RunAutomaticTransitionsStep(Step):
 
 
 def automatic_transition(
-    engine: Engine,
+    engine: RunEngine,
     definition: WorkflowDefinition,
     instance: InstanceSnapshot,
     context: Callable[[], Any],
@@ -693,7 +532,7 @@ class ScheduleTransitionsStep(Step):
             if not isinstance(timer, dict):
                 continue
             value = execution.engine.scripts.call(
-                timer, execution.definition, "handler", _context(execution, hop)
+                timer, execution.definition, "handler", hop_context(execution, hop)
             )
             execution.writes.jobs.append(
                 JobRow(
@@ -713,63 +552,6 @@ class ScheduleTransitionsStep(Step):
             execution.writes.jobs.append(
                 JobRow(kind=JobKind.TIMEOUT, run_at=due, payload=TimerJob(timeout.key).to_json())
             )
-
-
-def workflow_timeout_due(execution: Execution, hop: Hop, timeout: TransitionDef) -> datetime | None:
-    """When the workflow timeout armed now is due: its mapping's answer, else (no mapping, or
-    the mapping failed) its static `timer.duration` from now; None when it has neither."""
-    now = execution.engine.clock()
-    static = (timeout.raw.get("timer") or {}).get("duration")
-    mapping = timeout.raw.get("mapping")
-    if isinstance(mapping, dict) and mapping.get("code"):
-        try:
-            return timer_due(
-                execution.engine.scripts.call(
-                    mapping, execution.definition, "handler", _context(execution, hop)
-                ),
-                now,
-            )
-        except (VNextError, ScriptError) as exc:
-            # The mapping is an override: on failure the static duration applies (seed 001).
-            logger.warning("timeout mapping of %s failed, using %s: %s", timeout.key, static, exc)
-    if not static:
-        return None
-    return timer_due(str(static), now)
-
-
-def timer_due(value: Any, now: datetime) -> datetime:
-    """When a timer script's result fires: a timedelta or ISO 8601 duration from now, an aware
-    datetime (or ISO 8601 text of one), or None / zero for immediately."""
-    value = response_data(value)
-    if value is None:
-        return now
-    if isinstance(value, timedelta):
-        try:
-            return now + max(value, timedelta(0))
-        except OverflowError:
-            raise VNextError(
-                Codes.SCRIPT_FAILED, f"a timer returned {value}, past year 9999"
-            ) from None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise VNextError(Codes.SCRIPT_FAILED, "a timer returned a naive datetime; use UTC")
-        return value
-    if isinstance(value, str):
-        try:
-            duration = parse_duration(value)
-            due = now + duration if duration is not None else None
-        except (OverflowError, ValueError):
-            due = None
-        if due is not None:
-            return due
-        moment = parse_datetime(value)
-        if moment is not None and moment.tzinfo is not None:
-            return moment
-    raise VNextError(
-        Codes.SCRIPT_FAILED,
-        f"a timer returned {value!r}; expected a timedelta, an aware datetime, an ISO 8601 "
-        "duration such as 'PT5M', or None",
-    )
 
 
 class FinishStep(Step):

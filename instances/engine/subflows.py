@@ -26,12 +26,11 @@ from instances.engine.records import ChildStart, InstanceSnapshot, waiting_child
 from instances.engine.script_runner import response_data
 from instances.engine.scripts import ScriptError
 from instances.job_payloads import TransitionJob
+from instances.status import FlowType
 
 if TYPE_CHECKING:
     from instances.engine.definition import StateDef
-    from instances.engine.pipeline import Execution, Hop
-
-SUBFLOW, SUBPROCESS = "S", "P"
+    from instances.engine.execution import Execution, Hop
 
 
 def parents_own(definition: WorkflowDefinition, state: str, key: str) -> bool:
@@ -62,7 +61,7 @@ def child_start(execution: Execution, hop: Hop, state: StateDef, context: Any) -
     input handler, the timeout, view and role overrides, and the job that runs its start
     transition."""
     config = state.subflow or {}
-    if config.get("type", SUBFLOW) != SUBFLOW:
+    if config.get("type", FlowType.SUBFLOW) != FlowType.SUBFLOW:
         raise VNextError(
             Codes.SUBFLOW_NOT_FOUND,
             f"state {state.key} has subFlow type {config.get('type')!r}; a state starts 'S' "
@@ -118,7 +117,7 @@ def child_start(execution: Execution, hop: Hop, state: StateDef, context: Any) -
         reservation=reservation,
         origin=str(execution.instance.id),
     )
-    return ChildStart(child, SUBFLOW, state.key, reservation, payload.to_json())
+    return ChildStart(child, FlowType.SUBFLOW, state.key, reservation, payload.to_json())
 
 
 def resume_patch(execution: Execution, state: StateDef, context: Any) -> dict[str, Any]:

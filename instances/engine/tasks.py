@@ -16,7 +16,6 @@ from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode
 from instances.engine.fan_out import (
     DEFAULT_MAX_CONCURRENT_ITEMS,
-    FAN_OUT_TYPE,
     Bulkhead,
     FanOutConfig,
     FanOutRun,
@@ -38,14 +37,13 @@ from instances.engine.script_runner import (
 from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.task_types import (
     EXECUTORS,
-    NOTIFICATION_TYPE,
     PURE_TASK_TYPES,
     OutgoingNotification,
     StandardResponse,
     TaskCall,
     TaskFailure,
 )
-from instances.status import TaskStatus
+from instances.status import TaskStatus, TaskType
 
 # Config keys exposed to scripts as snake_case attributes of the `task` argument.
 _TASK_ATTRIBUTES = {
@@ -89,6 +87,59 @@ class TaskOutcome:
     rederive: Rederive | None = None
 
 
+@dataclass(frozen=True)
+class _TaskScope:
+    """What the tasks of one `TaskRunner.run` share: the hop's phase and history row, the
+    instance, the responses so far, and the request their input mappings see."""
+
+    phase: str
+    definition: WorkflowDefinition
+    instance: InstanceSnapshot
+    transition_key: str
+    transition_id: Any
+    task_responses: dict[str, Any]
+    headers: dict[str, str] | None = None
+    query: dict[str, Any] | None = None
+    body: Any = None
+
+
+@dataclass(frozen=True)
+class _TaskRun:
+    """One task reference being run: its key, its group's order, when it started."""
+
+    key: str
+    order: int
+    started: float
+    scope: _TaskScope
+
+    def row(self, **values: Any) -> TaskRow:
+        """A journal row of this run (the task's own, or a fan-out item's `task_key`)."""
+        values.setdefault("task_key", self.key)
+        return TaskRow(
+            transition_id=self.scope.transition_id,
+            phase=self.scope.phase,
+            order=self.order,
+            **values,
+        )
+
+    def outcome(
+        self,
+        status: str,
+        response: Any = None,
+        patch: Any = None,
+        failure: TaskFailure | None = None,
+    ) -> TaskOutcome:
+        """The task's outcome, its journal row timed from `started`."""
+        row = self.row(
+            status=status,
+            response=response,
+            duration_ms=int((time.monotonic() - self.started) * 1000),
+            error_code=failure.code if failure else "",
+            error_message=failure.message if failure else "",
+        )
+        return TaskOutcome(self.key, row, patch or {}, response, failure)
+
+
 @dataclass
 class TaskRunner:
     """Executes task references of a definition for one pipeline hop."""
@@ -125,23 +176,23 @@ class TaskRunner:
         `body` are the request the input mappings see as `context.headers` / `context.query` /
         `context.body` (a custom function's or an extension's caller; credentials already
         removed)."""
+        scope = _TaskScope(
+            phase=phase,
+            definition=definition,
+            instance=instance,
+            transition_key=transition_key,
+            transition_id=transition_id,
+            task_responses=task_responses,
+            headers=headers,
+            query=query,
+            body=body,
+        )
         indexed = sorted(enumerate(references), key=lambda pair: int(pair[1].get("order") or 1))
         for _, group_iter in groupby(indexed, key=lambda pair: int(pair[1].get("order") or 1)):
             group = [reference for _, reference in group_iter]
 
             def one(reference: dict[str, Any]) -> TaskOutcome:
-                return self._run_one(
-                    reference,
-                    phase=phase,
-                    definition=definition,
-                    instance=instance,
-                    transition_key=transition_key,
-                    transition_id=transition_id,
-                    task_responses=task_responses,
-                    headers=headers,
-                    query=query,
-                    body=body,
-                )
+                return self._run_one(reference, scope)
 
             if len(group) == 1:
                 outcomes = [one(group[0])]
@@ -179,191 +230,160 @@ class TaskRunner:
 
         return run
 
-    def _run_one(
-        self,
-        reference: dict[str, Any],
-        *,
-        phase: str,
-        definition: WorkflowDefinition,
-        instance: InstanceSnapshot,
-        transition_key: str,
-        transition_id: Any,
-        task_responses: dict[str, Any],
-        headers: dict[str, str] | None = None,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-    ) -> TaskOutcome:
-        started = time.monotonic()
+    def _run_one(self, reference: dict[str, Any], scope: _TaskScope) -> TaskOutcome:
+        """Run one task reference; a failure is the outcome's, never raised."""
         task_ref = reference.get("task") or {}
-        key = str(task_ref.get("key", "?"))
-        order = int(reference.get("order") or 1)
-
-        def outcome(
-            status: str, response: Any = None, patch: Any = None, failure: TaskFailure | None = None
-        ) -> TaskOutcome:
-            row = TaskRow(
-                transition_id=transition_id,
-                task_key=key,
-                phase=phase,
-                order=order,
-                status=status,
-                response=response,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                error_code=failure.code if failure else "",
-                error_message=failure.message if failure else "",
-            )
-            return TaskOutcome(key, row, patch or {}, response, failure)
-
+        run = _TaskRun(
+            key=str(task_ref.get("key", "?")),
+            order=int(reference.get("order") or 1),
+            started=time.monotonic(),
+            scope=scope,
+        )
         try:
             document = self.components.component("task", task_ref)
             if document is None:
                 raise TaskFailure(
-                    Codes.TASK_NOT_FOUND, f"task {key} {task_ref.get('version')} is not published"
+                    Codes.TASK_NOT_FOUND,
+                    f"task {run.key} {task_ref.get('version')} is not published",
                 )
             attributes = document.get("attributes") or {}
             task_type = str(attributes.get("type"))
-            if task_type == FAN_OUT_TYPE:
-                run = self._fan_out(
-                    key,
-                    attributes,
-                    reference,
-                    definition=definition,
-                    instance=instance,
-                    transition_key=transition_key,
-                    task_responses=task_responses,
-                )
-                answer = StandardResponse(status_code=200, data=run.output).as_dict()
-                status = TaskStatus.FAILED if run.failure else TaskStatus.SUCCEEDED
-                if run.failure is not None:
-                    run.failure.task_key = key
-                done = outcome(status, answer, run.output, run.failure)
-                done.rederive = run.rederive
-                done.item_rows = [
-                    TaskRow(
-                        transition_id=transition_id,
-                        task_key=f"{key}#{item.index}",
-                        phase=phase,
-                        order=order,
-                        status=TaskStatus.SUCCEEDED if item.is_success else TaskStatus.FAILED,
-                        response=item.response,
-                        duration_ms=item.duration_ms,
-                        error_code=item.error_code or "",
-                        error_message=item.error_message or "",
-                        attempts=item.attempts,
-                    )
-                    for item in run.result.items
-                ]
-                return done
-            executor = EXECUTORS.get(task_type)
-            if executor is None:
-                raise TaskFailure(
-                    Codes.TASK_UNSUPPORTED,
-                    f"task type {task_type} ({key}) is not supported by this runtime",
-                )
-            task = _task_view(key, task_type, attributes.get("config") or {})
-            mapping = (
-                reference.get("mapping") if isinstance(reference.get("mapping"), dict) else None
-            )
-            script = (
-                self.scripts.load(mapping, definition) if mapping and mapping.get("code") else None
-            )
-            context = script_context(
-                instance,
-                transition_key=transition_key,
-                body=body,
-                headers=headers,
-                query=query,
-                task_responses=task_responses,
-                configuration=self.configuration,
-            )
-            input_data: Any = None
-            chained: ScriptReply | None = None
-            if script is not None and script.has("input_handler"):
-                try:
-                    # The handler may change the task (url, headers, body): take its changes back.
-                    if task_type in PURE_TASK_TYPES and script.has("output_handler"):
-                        # Nothing happens between the handlers: both in one worker round trip.
-                        chained = script.call_then(
-                            "input_handler",
-                            task,
-                            context,
-                            updates=(0,),
-                            then=FollowUp(
-                                "output_handler",
-                                context_position=1,
-                                body=StandardResponse(status_code=200).as_dict(),
-                                condition=task_type == "8",
-                            ),
-                        )
-                        returned = chained.value
-                    else:
-                        returned = script.call("input_handler", task, context, updates=(0,))
-                except ScriptError as exc:
-                    raise _input_failure(key, task_type, exc) from exc
-                input_data = response_data(returned)
-                if isinstance(returned, ScriptResponse) and returned.headers:
-                    task.headers = {**(task.get("headers") or {}), **returned.headers}
-            call = TaskCall(
-                task=task,
-                input_data=input_data,
-                domain=instance.domain,
-                workflow=instance.workflow_key,
-                reader=self.reader,
-                writer=self.writer,
-                parent=SubprocessParent(instance.id, instance.current_state),
-                mapping=script,
-                context=context,
-            )
-            try:
-                response = executor(call)
-            except TaskFailure as failure:
-                if failure.response is None:
-                    raise
-                # The answer of a failed call is still an answer: the output handler sees it
-                # (and may record it) whatever an error boundary then decides.
-                failure.task_key = key
-                patch = self._output(script, context, failure.response, task_type)
-                failed = outcome(TaskStatus.FAILED, failure.response.as_dict(), patch, failure)
-                failed.rederive = self._output_rederive(
-                    script, context, instance, failure.response, task_type
-                )
-                return failed
-            if chained is not None:
-                patch = _output_patch(chained.follow_up, chained.follow_up_error)
-            else:
-                patch = self._output(script, context, response, task_type)
-            done = outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
-            done.notifications = call.outbox
-            if task_type in PURE_TASK_TYPES:
-                # Nothing left the worker: the whole task runs again on other data.
-                done.rederive = self._rerun(
-                    reference,
-                    phase=phase,
-                    definition=definition,
-                    instance=instance,
-                    transition_key=transition_key,
-                    transition_id=transition_id,
-                    task_responses=dict(task_responses),
-                    headers=headers,
-                    query=query,
-                    body=body,
-                )
-            else:
-                done.rederive = self._output_rederive(
-                    script, context, instance, response, task_type
-                )
-            return done
+            if task_type == TaskType.FAN_OUT:
+                return self._fan_out_outcome(run, attributes, reference)
+            return self._execute(run, reference, task_type, attributes)
         except TaskFailure as failure:
-            failure.task_key = key
+            failure.task_key = run.key
             response_dict = failure.response.as_dict() if failure.response else None
-            return outcome(TaskStatus.FAILED, response_dict, failure=failure)
+            return run.outcome(TaskStatus.FAILED, response_dict, failure=failure)
 
-    def _rerun(self, reference: dict[str, Any], **arguments: Any) -> Rederive:
+    def _execute(
+        self, run: _TaskRun, reference: dict[str, Any], task_type: str, attributes: dict[str, Any]
+    ) -> TaskOutcome:
+        """Run a task of a type with an executor: input handler, the call, output handler."""
+        scope = run.scope
+        executor = EXECUTORS.get(task_type)
+        if executor is None:
+            raise TaskFailure(
+                Codes.TASK_UNSUPPORTED,
+                f"task type {task_type} ({run.key}) is not supported by this runtime",
+            )
+        task = _task_view(run.key, task_type, attributes.get("config") or {})
+        script = self._mapping_script(reference, scope.definition)
+        context = script_context(
+            scope.instance,
+            transition_key=scope.transition_key,
+            body=scope.body,
+            headers=scope.headers,
+            query=scope.query,
+            task_responses=scope.task_responses,
+            configuration=self.configuration,
+        )
+        input_data, chained = self._input(run.key, task_type, task, script, context)
+        call = self._call(task, input_data, scope.instance, mapping=script, context=context)
+        try:
+            response = executor(call)
+        except TaskFailure as failure:
+            if failure.response is None:
+                raise
+            # The answer of a failed call is still an answer: the output handler sees it
+            # (and may record it) whatever an error boundary then decides.
+            failure.task_key = run.key
+            patch = self._output(script, context, failure.response, task_type)
+            failed = run.outcome(TaskStatus.FAILED, failure.response.as_dict(), patch, failure)
+            failed.rederive = self._output_rederive(
+                script, context, scope.instance, failure.response, task_type
+            )
+            return failed
+        if chained is not None:
+            patch = _output_patch(chained.follow_up, chained.follow_up_error)
+        else:
+            patch = self._output(script, context, response, task_type)
+        done = run.outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
+        done.notifications = call.outbox
+        if task_type in PURE_TASK_TYPES:
+            # Nothing left the worker: the whole task runs again on other data.
+            done.rederive = self._rerun(
+                reference, replace(scope, task_responses=dict(scope.task_responses))
+            )
+        else:
+            done.rederive = self._output_rederive(
+                script, context, scope.instance, response, task_type
+            )
+        return done
+
+    def _input(
+        self,
+        key: str,
+        task_type: str,
+        task: ScriptObject,
+        script: ScriptHandle | None,
+        context: ScriptObject,
+    ) -> tuple[Any, ScriptReply | None]:
+        """The input handler's data for the call (it may change `task`: url, headers, body),
+        and, for a pure task with an output handler, the reply that ran both handlers."""
+        if script is None or not script.has("input_handler"):
+            return None, None
+        chained: ScriptReply | None = None
+        try:
+            if task_type in PURE_TASK_TYPES and script.has("output_handler"):
+                # Nothing happens between the handlers: both in one worker round trip.
+                chained = script.call_then(
+                    "input_handler",
+                    task,
+                    context,
+                    updates=(0,),
+                    then=FollowUp(
+                        "output_handler",
+                        context_position=1,
+                        body=StandardResponse(status_code=200).as_dict(),
+                        condition=task_type == TaskType.CONDITION,
+                    ),
+                )
+                returned = chained.value
+            else:
+                returned = script.call("input_handler", task, context, updates=(0,))
+        except ScriptError as exc:
+            raise _input_failure(key, task_type, exc) from exc
+        if isinstance(returned, ScriptResponse) and returned.headers:
+            task.headers = {**(task.get("headers") or {}), **returned.headers}
+        return response_data(returned), chained
+
+    def _call(
+        self,
+        task: ScriptObject,
+        input_data: Any,
+        instance: InstanceSnapshot,
+        *,
+        mapping: ScriptHandle | None = None,
+        context: ScriptObject | None = None,
+    ) -> TaskCall:
+        """What an executor gets for one call of `task` on behalf of `instance`."""
+        return TaskCall(
+            task=task,
+            input_data=input_data,
+            domain=instance.domain,
+            workflow=instance.workflow_key,
+            reader=self.reader,
+            writer=self.writer,
+            parent=SubprocessParent(instance.id, instance.current_state),
+            mapping=mapping,
+            context=context,
+        )
+
+    def _mapping_script(
+        self, reference: dict[str, Any], definition: WorkflowDefinition
+    ) -> ScriptHandle | None:
+        """The reference's mapping script, or None when it has no mapping code."""
+        mapping = reference.get("mapping") if isinstance(reference.get("mapping"), dict) else None
+        return self.scripts.load(mapping, definition) if mapping and mapping.get("code") else None
+
+    def _rerun(self, reference: dict[str, Any], scope: _TaskScope) -> Rederive:
         """The patch a pure task (script, condition) makes when it runs on other data."""
-        instance: InstanceSnapshot = arguments.pop("instance")
 
         def rederive(data: dict[str, Any]) -> dict[str, Any]:
-            again = self._run_one(reference, instance=replace(instance, data=data), **arguments)
+            again = self._run_one(
+                reference, replace(scope, instance=replace(scope.instance, data=data))
+            )
             if again.failure is not None:
                 raise again.failure
             return again.patch
@@ -390,18 +410,36 @@ class TaskRunner:
 
         return rederive
 
+    def _fan_out_outcome(
+        self, run: _TaskRun, attributes: dict[str, Any], reference: dict[str, Any]
+    ) -> TaskOutcome:
+        """A fan-out task's outcome: its joined output, and one journal row per item."""
+        batch = self._fan_out(run.key, attributes, reference, run.scope)
+        answer = StandardResponse(status_code=200, data=batch.output).as_dict()
+        status = TaskStatus.FAILED if batch.failure else TaskStatus.SUCCEEDED
+        if batch.failure is not None:
+            batch.failure.task_key = run.key
+        done = run.outcome(status, answer, batch.output, batch.failure)
+        done.rederive = batch.rederive
+        done.item_rows = [
+            run.row(
+                task_key=f"{run.key}#{item.index}",
+                status=TaskStatus.SUCCEEDED if item.is_success else TaskStatus.FAILED,
+                response=item.response,
+                duration_ms=item.duration_ms,
+                error_code=item.error_code or "",
+                error_message=item.error_message or "",
+                attempts=item.attempts,
+            )
+            for item in batch.result.items
+        ]
+        return done
+
     def _fan_out(
-        self,
-        key: str,
-        attributes: dict[str, Any],
-        reference: dict[str, Any],
-        *,
-        definition: WorkflowDefinition,
-        instance: InstanceSnapshot,
-        transition_key: str,
-        task_responses: dict[str, Any],
+        self, key: str, attributes: dict[str, Any], reference: dict[str, Any], scope: _TaskScope
     ) -> FanOutRun:
         """Run a fan-out task (type 21): its inner task resolved once, cloned per item."""
+        instance = scope.instance
         config = FanOutConfig.parse(attributes.get("config"))
         inner_key = str(config.inner.get("key"))
         document = self.components.component("task", config.inner)
@@ -414,42 +452,31 @@ class TaskRunner:
         inner_attributes = document.get("attributes") or {}
         inner_type = str(inner_attributes.get("type"))
         executor = EXECUTORS.get(inner_type)
-        if inner_type == NOTIFICATION_TYPE:
+        if inner_type == TaskType.NOTIFICATION:
             raise TaskFailure(
                 Codes.TASK_UNSUPPORTED,
                 f"the fan-out's inner task {inner_key} is a notification task (type 10): its "
                 "messages are committed with a hop, which an item does not have",
             )
-        if executor is None and inner_type != FAN_OUT_TYPE:
+        if executor is None and inner_type != TaskType.FAN_OUT:
             raise TaskFailure(
                 Codes.TASK_UNSUPPORTED,
                 f"the fan-out's inner task {inner_key} has type {inner_type}, which this "
                 "runtime does not run",
             )
         inner_config = inner_attributes.get("config") or {}
-        mapping = reference.get("mapping") if isinstance(reference.get("mapping"), dict) else None
-        script = self.scripts.load(mapping, definition) if mapping and mapping.get("code") else None
-        parent = SubprocessParent(instance.id, instance.current_state)
+        script = self._mapping_script(reference, scope.definition)
 
         def execute(task: ScriptObject, input_data: Any) -> StandardResponse:
             assert executor is not None
-            call = TaskCall(
-                task=task,
-                input_data=input_data,
-                domain=instance.domain,
-                workflow=instance.workflow_key,
-                reader=self.reader,
-                writer=self.writer,
-                parent=parent,
-            )
-            return executor(call)
+            return executor(self._call(task, input_data, instance))
 
         def context(body: Any, data: dict[str, Any] | None = None) -> ScriptObject:
             return script_context(
                 instance if data is None else replace(instance, data=data),
-                transition_key=transition_key,
+                transition_key=scope.transition_key,
                 body=body,
-                task_responses=task_responses,
+                task_responses=scope.task_responses,
                 configuration=self.configuration,
             )
 
@@ -485,7 +512,7 @@ class TaskRunner:
             except ScriptError as exc:
                 return _output_patch(None, exc)
             return _output_patch(returned, None)
-        if task_type == "7" and isinstance(response.data, dict):
+        if task_type == TaskType.SCRIPT and isinstance(response.data, dict):
             return response.data
         return {}
 
@@ -516,7 +543,7 @@ def _input_failure(key: str, task_type: str, exc: ScriptError) -> TaskFailure:
     # A script task's input handler is its work: when it raises, the task failed with a 500
     # (`Task:Script:<key>:500`, as in vNext); other tasks' input mappings fail with 400007.
     stopped = stopped_code(exc, Codes.TASK_INPUT_MAPPING_FAILED)
-    if task_type == "7" and stopped == Codes.TASK_INPUT_MAPPING_FAILED:
+    if task_type == TaskType.SCRIPT and stopped == Codes.TASK_INPUT_MAPPING_FAILED:
         error = ErrorCode(f"Task:Script:{key}:500", 500, "Script task failed")
         return TaskFailure(error, str(exc), status=500)
     return TaskFailure(stopped, str(exc))

@@ -6,7 +6,8 @@ import uuid
 from typing import Any
 
 from instances.engine.definition import WorkflowDefinition
-from instances.engine.pipeline import Engine, EngineConfig, Execution, TransitionRequest
+from instances.engine.execution import EngineConfig, Execution, TransitionRequest
+from instances.engine.pipeline import Engine
 from instances.engine.ports import InMemoryComponents, InMemoryStore
 from instances.engine.records import InstanceSnapshot
 from instances.status import Trigger

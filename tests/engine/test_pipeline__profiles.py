@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from instances.engine.errors import Codes
+from instances.engine.execution import MAX_CHAIN_DEPTH
 from instances.engine.outcomes import PipelineFault, Rejected
-from instances.engine.pipeline import MAX_CHAIN_DEPTH
 from instances.engine.ports import utc_now
 from instances.engine.profiles import (
     AUTO_CHAIN,

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from instances.engine.errors import Codes
+from instances.engine.execution import EngineConfig
 from instances.engine.outcomes import PipelineFault
-from instances.engine.pipeline import Engine, EngineConfig
+from instances.engine.pipeline import Engine
 from instances.engine.script_pool import FollowUp, ScriptCall, ScriptPool, ScriptReply
 from instances.engine.scripts import ScriptError, ScriptTimeout
 from instances.engine.task_types import StandardResponse

@@ -29,7 +29,7 @@ from instances.engine.scripts import (
     ScriptUnavailable,
     compile_script,
 )
-from instances.engine.steps import timer_due
+from instances.engine.timers import timer_due
 from tests.engine import scripting
 from tests.engine.scripting import LOCATION, context, handler_of
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from instances.engine.outcomes import PipelineFault
-from instances.engine.task_types import EXECUTORS, NOTIFICATION_TYPE
+from instances.engine.task_types import EXECUTORS
 from instances.engine.task_types.notification import notification_channels
-from instances.status import InstanceStatus, JobKind
+from instances.status import InstanceStatus, JobKind, TaskType
 from tests.engine.builders import (
     Harness,
     script,
@@ -60,8 +60,8 @@ def test_the_channels_are_the_listed_ones_then_state_each_once(config, channels)
 
 
 def test_the_notification_type_has_an_executor():
-    assert NOTIFICATION_TYPE == "10"
-    assert NOTIFICATION_TYPE in EXECUTORS
+    assert TaskType.NOTIFICATION == "10"
+    assert TaskType.NOTIFICATION in EXECUTORS
 
 
 def notify_ref(source: str = MAPPING, order: int = 1) -> dict[str, Any]:

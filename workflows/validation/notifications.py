@@ -14,16 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from instances.engine.errors import Violation
-from instances.engine.task_types.notification import (
-    NOTIFICATION_TYPE,
-    STATE_CHANNEL,
-    notification_channels,
-)
+from instances.engine.task_types.notification import STATE_CHANNEL, notification_channels
+from instances.status import TaskType
 from workflows.documents import ComponentRef, json_pointer
 from workflows.validation.scripts import Resolver
 
 TASK_LISTS = ("onExecutionTasks", "onEntries", "onExits")
-FAN_OUT_TYPE = "21"
 Path = tuple[Any, ...]
 
 
@@ -36,7 +32,7 @@ def _notification_task(reference: Any, resolver: Resolver) -> dict[str, Any] | N
     """The attributes of the notification task `reference` names, else None."""
     ref = ComponentRef.from_reference(reference)
     attributes = _attributes(resolver.resolve(ref)) if ref is not None else {}
-    return attributes if str(attributes.get("type")) == NOTIFICATION_TYPE else None
+    return attributes if str(attributes.get("type")) == TaskType.NOTIFICATION else None
 
 
 def _task_references(node: Any, path: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -78,7 +74,7 @@ def fan_out_notification_violations(
     """A Fan-Out task whose inner task is a notification task."""
     attributes = _attributes(document)
     config = attributes.get("config")
-    if str(attributes.get("type")) != FAN_OUT_TYPE or not isinstance(config, dict):
+    if str(attributes.get("type")) != TaskType.FAN_OUT or not isinstance(config, dict):
         return
     if _notification_task(config.get("task"), resolver) is not None:
         yield Violation(

@@ -28,7 +28,8 @@ from instances.engine.scripts import (
     helper_of_import,
     script_text,
 )
-from instances.engine.task_types.notification import NOTIFICATION_TYPE, notification_channels
+from instances.engine.task_types.notification import notification_channels
+from instances.status import TaskType
 from workflows.documents import ComponentKind, ComponentRef, json_pointer
 from workflows.validation.structural import script_object_paths
 
@@ -190,7 +191,7 @@ def _notification_channels(site: ScriptSite, resolver: Resolver, document: Any) 
     task_ref = _task_reference_beside(document, site.path)
     task = resolver.resolve(task_ref) if task_ref else None
     attributes = task.get("attributes") if isinstance(task, dict) else None
-    if not isinstance(attributes, dict) or str(attributes.get("type")) != NOTIFICATION_TYPE:
+    if not isinstance(attributes, dict) or str(attributes.get("type")) != TaskType.NOTIFICATION:
         return None
     return notification_channels(attributes.get("config"))
 
@@ -202,7 +203,7 @@ def _fan_out_config(site: ScriptSite, resolver: Resolver, document: Any) -> dict
     task_ref = _task_reference_beside(document, site.path)
     task = resolver.resolve(task_ref) if task_ref else None
     attributes = task.get("attributes") if isinstance(task, dict) else None
-    if not isinstance(attributes, dict) or str(attributes.get("type")) != "21":
+    if not isinstance(attributes, dict) or str(attributes.get("type")) != TaskType.FAN_OUT:
         return None
     config = attributes.get("config")
     return config if isinstance(config, dict) else {}

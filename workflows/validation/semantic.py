@@ -7,11 +7,12 @@ semantic finding that can be made, never an exception.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
-from instances.engine.boundaries import BoundaryAction, iso_duration, parse_action
+from instances.engine.boundaries import BoundaryAction, parse_action
+from instances.engine.definition import DEFAULT_AUTO, SELF
 from instances.engine.errors import Violation
+from instances.status import FlowType, StateType, TaskType, Trigger
 from workflows.documents import KIND_BY_FLOW, ComponentKind, ComponentRef, json_pointer
 from workflows.validation.field_rules import field_rule_violations
 from workflows.validation.functions import function_and_extension_violations
@@ -21,14 +22,11 @@ from workflows.validation.notifications import (
 )
 from workflows.validation.scripts import Resolver
 from workflows.validation.subflows import subflow_override_violations
-from workflows.validation.timeouts import timeout_violations
+from workflows.validation.timeouts import retry_policy_violations, timeout_violations
 
-MANUAL, AUTOMATIC, SCHEDULED, EVENT = 0, 1, 2, 3
-DEFAULT_AUTO = 10
-INITIAL, INTERMEDIATE, FINAL, SUBFLOW, WIZARD = 1, 2, 3, 4, 5
-SELF = "$self"
-ABORT, RETRY, ROLLBACK, NOTIFY = 0, 1, 2, 4
-FAN_OUT_TYPE = "21"
+DIVERTING = (BoundaryAction.ROLLBACK, BoundaryAction.NOTIFY)
+# The triggers a state's own transition may have (an error-boundary run is the engine's).
+STATE_TRIGGERS = (Trigger.MANUAL, Trigger.AUTOMATIC, Trigger.SCHEDULED, Trigger.EVENT)
 
 
 def _dicts(value: Any) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -116,52 +114,85 @@ def _workflow_violations(document: dict[str, Any]) -> Iterator[Violation]:
     for index, state in states:
         base: tuple[Any, ...] = ("attributes", "states", index)
         transitions = list(_dicts(state.get("transitions")))
-        seen: set[Any] = set()
-        for t_index, transition in transitions:
-            path: tuple[Any, ...] = (*base, "transitions", t_index)
-            if transition.get("key") in seen:
-                yield Violation(
-                    json_pointer(*path, "key"),
-                    f"duplicate transition key {transition.get('key')!r} in this state",
-                )
-            seen.add(transition.get("key"))
-            yield from _target_violations(transition, path, state_keys, allow_self=True)
-            yield from _trigger_violations(transition, path, allowed=(0, 1, 2, 3))
-        if state.get("stateType") == WIZARD:
-            manual = [t for _, t in transitions if t.get("triggerType") == MANUAL]
-            if len(manual) != 1:
-                yield Violation(
-                    json_pointer(*base, "transitions"),
-                    f"a wizard state (stateType 5) has exactly one manual transition, "
-                    f"found {len(manual)}",
-                )
-        if state.get("stateType") == FINAL and transitions:
-            yield Violation(
-                json_pointer(*base, "transitions"), "a final state (stateType 3) has no transitions"
-            )
-        if state.get("stateType") == SUBFLOW and not isinstance(state.get("subFlow"), dict):
-            yield Violation(
-                json_pointer(*base, "subFlow"), "a subflow state (stateType 4) needs subFlow"
-            )
-        subflow = _object(state.get("subFlow"))
-        if subflow and state.get("stateType") != SUBFLOW:
-            yield Violation(
-                json_pointer(*base, "subFlow"),
-                "only a subflow state (stateType 4) starts a subFlow; set stateType 4 or remove it",
-            )
-        if subflow.get("type") == "P":
-            yield Violation(
-                json_pointer(*base, "subFlow", "type"),
-                "a state starts subflows of type 'S'; a SubProcess ('P') is started by a task of "
-                "type 14",
-            )
+        yield from _state_transition_violations(transitions, base, state_keys)
+        yield from _state_type_violations(state, transitions, base)
 
     for s_index, shared in _dicts(attributes.get("sharedTransitions")):
         path = ("attributes", "sharedTransitions", s_index)
         yield from _target_violations(shared, path, state_keys, allow_self=True)
-        yield from _trigger_violations(shared, path, allowed=(MANUAL, SCHEDULED, EVENT))
+        yield from _trigger_violations(
+            shared, path, allowed=(Trigger.MANUAL, Trigger.SCHEDULED, Trigger.EVENT)
+        )
         yield from _available_in_violations(shared, path, state_keys)
 
+    yield from _special_transition_violations(attributes, state_keys)
+    timeout = attributes.get("timeout")
+    if isinstance(timeout, dict):
+        yield from _target_violations(timeout, ("attributes", "timeout"), state_keys, False)
+    transition_keys = _transition_keys(attributes, states)
+    for path, boundary in _boundaries(attributes, ("attributes",)):
+        yield from _error_boundary_violations(boundary, path, transition_keys)
+    yield from _boundary_lock_violations(attributes, states)
+
+
+def _state_transition_violations(
+    transitions: list[tuple[int, dict[str, Any]]], base: tuple[Any, ...], state_keys: set[Any]
+) -> Iterator[Violation]:
+    """A state's own transitions: unique keys, a target that exists, a valid trigger."""
+    seen: set[Any] = set()
+    for t_index, transition in transitions:
+        path: tuple[Any, ...] = (*base, "transitions", t_index)
+        if transition.get("key") in seen:
+            yield Violation(
+                json_pointer(*path, "key"),
+                f"duplicate transition key {transition.get('key')!r} in this state",
+            )
+        seen.add(transition.get("key"))
+        yield from _target_violations(transition, path, state_keys, allow_self=True)
+        yield from _trigger_violations(transition, path, allowed=STATE_TRIGGERS)
+
+
+def _state_type_violations(
+    state: dict[str, Any], transitions: list[tuple[int, dict[str, Any]]], base: tuple[Any, ...]
+) -> Iterator[Violation]:
+    """What a state's `stateType` asks of it: a wizard's one manual transition, a final state's
+    none, a subflow state's `subFlow` (of type S)."""
+    state_type = state.get("stateType")
+    if state_type == StateType.WIZARD:
+        manual = [t for _, t in transitions if t.get("triggerType") == Trigger.MANUAL]
+        if len(manual) != 1:
+            yield Violation(
+                json_pointer(*base, "transitions"),
+                f"a wizard state (stateType 5) has exactly one manual transition, "
+                f"found {len(manual)}",
+            )
+    if state_type == StateType.FINAL and transitions:
+        yield Violation(
+            json_pointer(*base, "transitions"), "a final state (stateType 3) has no transitions"
+        )
+    if state_type == StateType.SUBFLOW and not isinstance(state.get("subFlow"), dict):
+        yield Violation(
+            json_pointer(*base, "subFlow"), "a subflow state (stateType 4) needs subFlow"
+        )
+    subflow = _object(state.get("subFlow"))
+    if subflow and state_type != StateType.SUBFLOW:
+        yield Violation(
+            json_pointer(*base, "subFlow"),
+            "only a subflow state (stateType 4) starts a subFlow; set stateType 4 or remove it",
+        )
+    if subflow.get("type") == FlowType.SUBPROCESS:
+        yield Violation(
+            json_pointer(*base, "subFlow", "type"),
+            "a state starts subflows of type 'S'; a SubProcess ('P') is started by a task of "
+            "type 14",
+        )
+
+
+def _special_transition_violations(
+    attributes: dict[str, Any], state_keys: set[Any]
+) -> Iterator[Violation]:
+    """cancel, exit and updateData: manual only, available where they say; updateData's
+    target is `$self`."""
     for name in ("cancel", "exit", "updateData"):
         special = attributes.get(name)
         if not isinstance(special, dict):
@@ -174,23 +205,22 @@ def _workflow_violations(document: dict[str, Any]) -> Iterator[Violation]:
                 )
         else:
             yield from _target_violations(special, path, state_keys, allow_self=False)
-        yield from _trigger_violations(special, path, allowed=(MANUAL,), name=name)
+        yield from _trigger_violations(special, path, allowed=(Trigger.MANUAL,), name=name)
         yield from _available_in_violations(special, path, state_keys)
 
-    timeout = attributes.get("timeout")
-    if isinstance(timeout, dict):
-        yield from _target_violations(timeout, ("attributes", "timeout"), state_keys, False)
-    # A rollback/notify rule's transition: any transition of the workflow (it runs even where
-    # it is not available).
+
+def _transition_keys(
+    attributes: dict[str, Any], states: list[tuple[int, dict[str, Any]]]
+) -> set[Any]:
+    """What a rollback/notify rule may name: any transition of the workflow (it runs even
+    where it is not available)."""
     transition_keys = {
         t.get("key") for _, state in states for _, t in _dicts(state.get("transitions"))
     }
     transition_keys |= {t.get("key") for _, t in _dicts(attributes.get("sharedTransitions"))}
     for name in ("startTransition", "cancel", "exit", "updateData"):
         transition_keys.add(_object(attributes.get(name)).get("key"))
-    for path, boundary in _boundaries(attributes, ("attributes",)):
-        yield from _error_boundary_violations(boundary, path, transition_keys)
-    yield from _boundary_lock_violations(attributes, states)
+    return transition_keys
 
 
 def _boundary_lock_violations(
@@ -204,7 +234,7 @@ def _boundary_lock_violations(
         for _, boundary in _boundaries(attributes, ("attributes",))
         if isinstance(boundary, dict)
         for _, rule in _dicts(boundary.get("onError"))
-        if rule.get("action") in (ROLLBACK, NOTIFY)
+        if rule.get("action") in DIVERTING
     }
     located: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
         (("attributes", "states", index, "transitions", t_index), transition)
@@ -228,7 +258,7 @@ def _boundary_lock_violations(
 def _state_violations(
     states: list[tuple[int, dict[str, Any]]], state_types: dict[Any, Any]
 ) -> Iterator[Violation]:
-    initial = [index for index, state in states if state.get("stateType") == INITIAL]
+    initial = [index for index, state in states if state.get("stateType") == StateType.INITIAL]
     if not initial:
         yield Violation(
             json_pointer("attributes", "states"),
@@ -253,11 +283,11 @@ def _start_violations(start: Any, state_types: dict[Any, Any]) -> Iterator[Viola
     if not isinstance(start, dict):
         return
     path = ("attributes", "startTransition")
-    yield from _trigger_violations(start, path, allowed=(MANUAL,), name="startTransition")
+    yield from _trigger_violations(start, path, allowed=(Trigger.MANUAL,), name="startTransition")
     target = start.get("target")
     if isinstance(target, str) and target not in state_types:
         yield Violation(json_pointer(*path, "target"), f"target state {target!r} does not exist")
-    elif isinstance(target, str) and state_types.get(target) != INITIAL:
+    elif isinstance(target, str) and state_types.get(target) != StateType.INITIAL:
         yield Violation(
             json_pointer(*path, "target"),
             f"the start transition must target the Initial state, not {target!r}",
@@ -284,22 +314,22 @@ def _trigger_violations(
     if not isinstance(trigger, int):
         return
     if trigger not in allowed:
-        if allowed == (MANUAL,):
+        if allowed == (Trigger.MANUAL,):
             message = f"{name} is manual only (triggerType 0), got {trigger}"
-        elif AUTOMATIC not in allowed:
+        elif Trigger.AUTOMATIC not in allowed:
             message = f"a shared transition has triggerType 0, 2 or 3 (no automatic), got {trigger}"
         else:
             message = f"triggerType must be 0, 1, 2 or 3, got {trigger}"
         yield Violation(json_pointer(*path, "triggerType"), message)
         return
-    if "executionType" in transition and trigger != MANUAL:
+    if "executionType" in transition and trigger != Trigger.MANUAL:
         yield Violation(
             json_pointer(*path, "executionType"),
             "executionType chooses how a client's request runs: only a manual transition "
             f"(triggerType 0) takes it, not triggerType {trigger}",
         )
     if (
-        trigger == AUTOMATIC
+        trigger == Trigger.AUTOMATIC
         and transition.get("triggerKind") != DEFAULT_AUTO
         and transition.get("rule") is None
     ):
@@ -308,11 +338,11 @@ def _trigger_violations(
             "an automatic transition (triggerType 1) needs a rule unless triggerKind is 10",
         )
     # A rule or timer object without code (`{}` too) is the script check's "script missing".
-    if trigger == SCHEDULED and transition.get("timer") is None:
+    if trigger == Trigger.SCHEDULED and transition.get("timer") is None:
         yield Violation(
             json_pointer(*path, "timer"), "a scheduled transition (triggerType 2) needs a timer"
         )
-    if trigger == EVENT and not transition.get("event"):
+    if trigger == Trigger.EVENT and not transition.get("event"):
         yield Violation(
             json_pointer(*path, "event"), "an event transition (triggerType 3) needs an event"
         )
@@ -354,50 +384,37 @@ def _error_boundary_violations(
         rule_path = (*path, "onError", index)
         action = rule.get("action")
         transition = rule.get("transition")
-        if action in (ROLLBACK, NOTIFY) and not transition:
+        if action in DIVERTING and not transition:
             yield Violation(
                 json_pointer(*rule_path, "transition"),
                 "Rollback and Notify rules name the transition to trigger",
             )
-        elif action in (ROLLBACK, NOTIFY) and transition not in transition_keys:
+        elif action in DIVERTING and transition not in transition_keys:
             yield Violation(
                 json_pointer(*rule_path, "transition"),
                 f"transition {transition!r} does not exist in this workflow",
             )
-        elif action not in (ABORT, ROLLBACK, NOTIFY) and transition:
+        elif action not in (BoundaryAction.ABORT, *DIVERTING) and transition:
             # Accepted, it would be ignored: only Rollback and Notify run a transition.
             yield Violation(
                 json_pointer(*rule_path, "transition"),
                 "only Rollback and Notify rules run a transition",
             )
         policy = rule.get("retryPolicy")
-        if action == RETRY and isinstance(policy, dict):
-            yield from _retry_policy_violations(policy, (*rule_path, "retryPolicy"))
-        elif action != RETRY and policy is not None:
+        if action == BoundaryAction.RETRY and isinstance(policy, dict):
+            yield from retry_policy_violations(policy, (*rule_path, "retryPolicy"))
+        elif action != BoundaryAction.RETRY and policy is not None:
             yield Violation(
                 json_pointer(*rule_path, "retryPolicy"), "only a Retry rule has a retryPolicy"
             )
-        if action == ABORT and rule.get("transition"):
+        if action == BoundaryAction.ABORT and rule.get("transition"):
             yield Violation(
                 json_pointer(*rule_path, "transition"), "an Abort rule names no transition"
             )
-        if action == RETRY and not isinstance(rule.get("retryPolicy"), dict):
+        if action == BoundaryAction.RETRY and not isinstance(rule.get("retryPolicy"), dict):
             yield Violation(
                 json_pointer(*rule_path, "retryPolicy"), "a Retry rule needs a retryPolicy"
             )
-
-
-def _retry_policy_violations(policy: dict[str, Any], path: tuple[Any, ...]) -> Iterator[Violation]:
-    initial = iso_duration(policy.get("initialDelay"))
-    if initial is not None and initial <= timedelta(0):
-        yield Violation(
-            json_pointer(*path, "initialDelay"), "initialDelay must be longer than zero"
-        )
-    largest = iso_duration(policy.get("maxDelay"))
-    if largest is not None and initial is not None and largest < initial:
-        yield Violation(
-            json_pointer(*path, "maxDelay"), "maxDelay must not be shorter than initialDelay"
-        )
 
 
 # --- fan-out tasks (seed 002, "Doğrulama") --------------------------------------------------------
@@ -405,7 +422,7 @@ def _retry_policy_violations(policy: dict[str, Any], path: tuple[Any, ...]) -> I
 
 def _fan_out_violations(document: dict[str, Any], resolver: Resolver) -> Iterator[Violation]:
     attributes = document.get("attributes")
-    if not isinstance(attributes, dict) or str(attributes.get("type")) != FAN_OUT_TYPE:
+    if not isinstance(attributes, dict) or str(attributes.get("type")) != TaskType.FAN_OUT:
         return
     config = attributes.get("config")
     if not isinstance(config, dict):
@@ -449,12 +466,12 @@ def _fan_out_violations(document: dict[str, Any], resolver: Resolver) -> Iterato
                 "transition to divert to (use abort, retry, ignore or log)",
             )
         if isinstance(rule.get("retryPolicy"), dict):
-            yield from _retry_policy_violations(
+            yield from retry_policy_violations(
                 rule["retryPolicy"], (*base, "errorBoundary", "onError", index, "retryPolicy")
             )
     inner_ref = ComponentRef.from_reference(config.get("task"))
     inner = resolver.resolve(inner_ref) if inner_ref else None
-    if inner is not None and str(inner.get("attributes", {}).get("type")) == FAN_OUT_TYPE:
+    if inner is not None and str(inner.get("attributes", {}).get("type")) == TaskType.FAN_OUT:
         yield Violation(
             json_pointer(*base, "task"),
             f"nested fan-out: the inner task {inner_ref} is itself a Fan-Out task (type 21)",

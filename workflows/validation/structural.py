@@ -22,6 +22,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
 from instances.engine.errors import Violation
+from instances.status import ExecutionType, TaskType
 from workflows.documents import ComponentKind, json_pointer
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "vnext-schema" / "schemas"
@@ -137,7 +138,7 @@ FAN_OUT_ITEM_RULE_SCHEMA: dict[str, Any] = {
 
 EXECUTION_TYPE: dict[str, Any] = {
     "type": "string",
-    "enum": ["S", "A"],
+    "enum": [str(execution_type) for execution_type in ExecutionType],
     "description": "S: runs synchronously, A: as a job, whatever the request's ?sync says",
 }
 # At most a century: a cutoff further back than that is no retention worth writing down.
@@ -218,15 +219,19 @@ def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
                     part["properties"]["executionType"] = EXECUTION_TYPE
     if kind == ComponentKind.TASK:
         attributes = schema["properties"]["attributes"]
-        attributes["properties"]["type"]["enum"].append("21")
-        attributes["properties"]["type"].setdefault("enumDescriptions", []).append("Fan-Out Task")
+        fan_out = TaskType.FAN_OUT
+        attributes["properties"]["type"]["enum"].append(str(fan_out))
+        attributes["properties"]["type"].setdefault("enumDescriptions", []).append(fan_out.label)
         schema.setdefault("$defs", {})["fanOutItemRule"] = FAN_OUT_ITEM_RULE_SCHEMA
         attributes["allOf"].append(
             {
-                "if": {"properties": {"type": {"const": "21"}}},
+                "if": {"properties": {"type": {"const": str(fan_out)}}},
                 "then": {
                     "title": "Fan-Out Task",
-                    "properties": {"type": {"const": "21"}, "config": FAN_OUT_CONFIG_SCHEMA},
+                    "properties": {
+                        "type": {"const": str(fan_out)},
+                        "config": FAN_OUT_CONFIG_SCHEMA,
+                    },
                     "required": ["type", "config"],
                     "additionalProperties": False,
                 },

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from instances.engine.errors import Violation
+from instances.status import StateType
 from workflows.documents import ComponentKind, ComponentRef, json_pointer
 from workflows.validation.scripts import Resolver
 
-SUBFLOW = 4
 Path = tuple[Any, ...]
 
 
@@ -67,7 +67,7 @@ def subflow_override_violations(
     """A violation at every override key of a SubFlow state that its child does not have."""
     for index, state in enumerate(_dicts(_object(document.get("attributes")).get("states"))):
         subflow = _object(state.get("subFlow"))
-        if state.get("stateType") != SUBFLOW or not subflow:
+        if state.get("stateType") != StateType.SUBFLOW or not subflow:
             continue
         ref = ComponentRef.from_reference(subflow.get("process"))
         child = resolver.resolve(ref) if ref is not None else None

@@ -138,14 +138,19 @@ def _policy_violations(
             "only a Retry policy has a defaultRetryPolicy",
         )
     elif isinstance(retry_policy, dict):
-        base = (*path, "defaultRetryPolicy")
-        initial = iso_duration(retry_policy.get("initialDelay"))
-        if initial is not None and initial <= timedelta(0):
-            yield Violation(
-                json_pointer(*base, "initialDelay"), "initialDelay must be longer than zero"
-            )
-        largest = iso_duration(retry_policy.get("maxDelay"))
-        if largest is not None and initial is not None and largest < initial:
-            yield Violation(
-                json_pointer(*base, "maxDelay"), "maxDelay must not be shorter than initialDelay"
-            )
+        yield from retry_policy_violations(retry_policy, (*path, "defaultRetryPolicy"))
+
+
+def retry_policy_violations(policy: dict[str, Any], path: tuple[Any, ...]) -> Iterator[Violation]:
+    """The delays of a `retryPolicy` (an error rule's, or a timeout's `defaultRetryPolicy`): the
+    first longer than zero, the longest not shorter than the first."""
+    initial = iso_duration(policy.get("initialDelay"))
+    if initial is not None and initial <= timedelta(0):
+        yield Violation(
+            json_pointer(*path, "initialDelay"), "initialDelay must be longer than zero"
+        )
+    largest = iso_duration(policy.get("maxDelay"))
+    if largest is not None and initial is not None and largest < initial:
+        yield Violation(
+            json_pointer(*path, "maxDelay"), "maxDelay must not be shorter than initialDelay"
+        )

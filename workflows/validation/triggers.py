@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from instances.engine.errors import Violation
+from instances.status import TaskType
 from vnext.conf import remote_base_url
 from workflows.documents import ComponentKind, ComponentRef, json_pointer
 from workflows.validation.scripts import Resolver
 
-START, DIRECT_TRIGGER, SUBPROCESS = "11", "12", "14"
-TRIGGER_TYPES = frozenset({START, DIRECT_TRIGGER, SUBPROCESS})
+TRIGGER_TYPES = frozenset({TaskType.START_FLOW, TaskType.DIRECT_TRIGGER, TaskType.SUBPROCESS})
 REMOTE_CALL_SETTINGS = ("timeoutSeconds", "validateSsl")
 
 
@@ -50,7 +50,7 @@ def _task_problems(task: dict[str, Any]) -> Iterator[tuple[str, str]]:
         return
     domain = str(config.get("domain") or task.get("domain") or "")
     remote = remote_base_url(domain) if domain else None
-    if task_type == SUBPROCESS and remote:
+    if task_type == TaskType.SUBPROCESS and remote:
         yield (
             "domain",
             (f"a SubProcess child starts in this runtime; domain {domain!r} is served by {remote}"),
@@ -58,7 +58,7 @@ def _task_problems(task: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for name in REMOTE_CALL_SETTINGS:
         if config.get(name) is None:
             continue
-        if task_type == SUBPROCESS:
+        if task_type == TaskType.SUBPROCESS:
             yield name, "a SubProcess child starts in this runtime: there is no call to configure"
         elif not remote:
             yield (
@@ -68,7 +68,7 @@ def _task_problems(task: dict[str, Any]) -> Iterator[tuple[str, str]]:
                     "one (an operator routes domains with VNEXT_REMOTE_DOMAINS)"
                 ),
             )
-    if task_type == DIRECT_TRIGGER:
+    if task_type == TaskType.DIRECT_TRIGGER:
         if config.get("version") not in (None, ""):
             yield "version", "a transition runs on the version its instance pinned at start"
         if config.get("tags") not in (None, []):

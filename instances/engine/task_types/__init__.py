@@ -21,31 +21,31 @@ from instances.engine.task_types.instance_data import (
     execute_get_instance_data,
     execute_get_instances,
 )
-from instances.engine.task_types.notification import NOTIFICATION_TYPE, execute_notification
+from instances.engine.task_types.notification import execute_notification
 from instances.engine.task_types.script import execute_condition, execute_script
+from instances.status import TaskType
 
 Executor = Callable[[TaskCall], StandardResponse]
 
 EXECUTORS: dict[str, Executor] = {
-    "6": execute_http,
-    "7": execute_script,
-    "8": execute_condition,
-    NOTIFICATION_TYPE: execute_notification,
-    "11": execute_start_flow,
-    "12": execute_direct_trigger,
-    "13": execute_get_instance_data,
-    "14": execute_subprocess,
-    "15": execute_get_instances,
-    "19": execute_get_instance,
+    TaskType.HTTP: execute_http,
+    TaskType.SCRIPT: execute_script,
+    TaskType.CONDITION: execute_condition,
+    TaskType.NOTIFICATION: execute_notification,
+    TaskType.START_FLOW: execute_start_flow,
+    TaskType.DIRECT_TRIGGER: execute_direct_trigger,
+    TaskType.GET_INSTANCE_DATA: execute_get_instance_data,
+    TaskType.SUBPROCESS: execute_subprocess,
+    TaskType.GET_INSTANCES: execute_get_instances,
+    TaskType.GET_INSTANCE: execute_get_instance,
 }
 
 # Task types whose work is their input handler's value, with no I/O (Script, Condition): their
 # input and output handlers can run back to back in one script-worker round trip.
-PURE_TASK_TYPES = frozenset({"7", "8"})
+PURE_TASK_TYPES = frozenset({TaskType.SCRIPT, TaskType.CONDITION})
 
 __all__ = [
     "EXECUTORS",
-    "NOTIFICATION_TYPE",
     "PURE_TASK_TYPES",
     "Executor",
     "OutgoingNotification",

@@ -35,7 +35,6 @@ from instances.engine.task_types.base import (
 
 logger = logging.getLogger("vnext.tasks")
 
-NOTIFICATION_TYPE = "10"
 STATE_CHANNEL = "state"
 CHANNEL_HANDLER = "channel_handler"
 ENRICH = "enrich"
