@@ -46,7 +46,7 @@ from instances.services import (
     workflow_definition,
 )
 from instances.snapshots import snapshot_of
-from instances.status import InstanceStatus
+from instances.status import FlowType, InstanceStatus
 from instances.sync_transitions import instance_settle, instance_transition_run
 from instances.wiring import engine
 from vnext.conf import vnext_setting
@@ -484,7 +484,7 @@ def output_answer(
     if (
         instance.parent_correlation_id is not None
         and Correlation.objects.filter(
-            pk=instance.parent_correlation_id, type=Correlation.Type.SUBFLOW
+            pk=instance.parent_correlation_id, type=FlowType.SUBFLOW
         ).exists()
     ):
         return None

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from instances.status import (
     CorrelationStatus,
+    FlowType,
     InstanceStatus,
     JobStatus,
     TaskStatus,
@@ -255,16 +256,12 @@ class Incident(models.Model):
 class Correlation(models.Model):
     """A parent instance waiting on (S) or having started (P) a child instance."""
 
-    class Type(models.TextChoices):
-        SUBFLOW = "S", "SubFlow"
-        SUBPROCESS = "P", "SubProcess"
-
     parent = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="correlations")
     parent_state = models.CharField(max_length=200)
     child = models.ForeignKey(
         Instance, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    type = models.CharField(max_length=1, choices=Type.choices)
+    type = models.CharField(max_length=1, choices=choices(FlowType))
     status = models.CharField(
         max_length=12, choices=choices(CorrelationStatus), default=CorrelationStatus.ACTIVE
     )

@@ -56,6 +56,7 @@ from instances.queue import job_enqueue, jobs_dispatch, jobs_reschedule
 from instances.snapshots import INSTANCE_FIELDS, protection_for, snapshot_of, stored_data
 from instances.status import (
     CorrelationStatus,
+    FlowType,
     InstanceStatus,
     JobKind,
     JobStatus,
@@ -479,11 +480,11 @@ def _close_parent_correlation(child_id: uuid.UUID, correlation_id: int, status: 
         return  # the parent ended first (its cancel closed the correlation): nobody waits
     parent_id, correlation_type = found
     Correlation.objects.filter(pk=correlation_id).update(status=status, completed_at=timezone.now())
-    if correlation_type == Correlation.Type.SUBPROCESS:
+    if correlation_type == FlowType.SUBPROCESS:
         # The parent lists its open subprocesses (state function): its ETag moves on.
         Instance.objects.filter(pk=parent_id).update(etag=new_etag())
         instance_changed(parent_id)
-    if correlation_type == Correlation.Type.SUBFLOW:
+    if correlation_type == FlowType.SUBFLOW:
         job_enqueue(
             kind=JobKind.SUBFLOW_RESUME,
             instance_id=parent_id,
@@ -496,7 +497,7 @@ def _close_parent_correlation(child_id: uuid.UUID, correlation_id: int, status: 
 def _end_children(parent_id: uuid.UUID, end: ChildrenEnd) -> None:
     # The parent ended: each open SubFlow child gets its own cancel (or exit) as a job.
     open_children = Correlation.objects.filter(
-        parent_id=parent_id, status=CorrelationStatus.ACTIVE, type=Correlation.Type.SUBFLOW
+        parent_id=parent_id, status=CorrelationStatus.ACTIVE, type=FlowType.SUBFLOW
     )
     for correlation_id, child_id in list(open_children.values_list("pk", "child_id")):
         Correlation.objects.filter(pk=correlation_id).update(
@@ -527,7 +528,7 @@ def subprocess_correlation_create(
         parent_id=parent_id,
         parent_state=parent_state,
         child_id=child_id,
-        type=Correlation.Type.SUBPROCESS,
+        type=FlowType.SUBPROCESS,
     )
     Instance.objects.filter(pk=child_id).update(parent_correlation=correlation)
 
@@ -536,9 +537,7 @@ def ended_subflow_child_get(*, parent_id: uuid.UUID, state: str) -> InstanceSnap
     """The SubFlow child of `parent_id` that most recently ended in the parent's `state`, or
     None (a retried resume runs again with its data)."""
     correlation = (
-        Correlation.objects.filter(
-            parent_id=parent_id, parent_state=state, type=Correlation.Type.SUBFLOW
-        )
+        Correlation.objects.filter(parent_id=parent_id, parent_state=state, type=FlowType.SUBFLOW)
         .exclude(status=CorrelationStatus.ACTIVE)
         .order_by("-completed_at", "-pk")
         .first()

@@ -57,6 +57,7 @@ from instances.models import (
 from instances.snapshots import opened, sealed_paths, snapshot_of
 from instances.status import (
     CorrelationStatus,
+    FlowType,
     InstanceStatus,
 )
 from instances.wiring import engine
@@ -300,7 +301,7 @@ def _subflow_query_overrides() -> dict[
             continue
         for state in parent.states.values():
             config = state.subflow
-            if not config or config.get("type", "S") != "S":
+            if not config or config.get("type", FlowType.SUBFLOW) != FlowType.SUBFLOW:
                 continue
             source = f"{parent.domain}/{parent.key}@{parent.version}#{state.key}"
             overrides = SubflowOverrides.of_subflow(config, source)
@@ -485,7 +486,7 @@ def correlation_active_list(
         for level in levels
     ]
     subprocesses = Correlation.objects.filter(
-        parent_id=instance.id, type=Correlation.Type.SUBPROCESS, status=CorrelationStatus.ACTIVE
+        parent_id=instance.id, type=FlowType.SUBPROCESS, status=CorrelationStatus.ACTIVE
     ).order_by("pk")
     for row in subprocesses:
         child = engine().store.load(row.child_id) if row.child_id else None

@@ -46,7 +46,7 @@ from instances.operations import (
     retry_plan,
 )
 from instances.replay import REPLAYED, job_replay
-from instances.status import InstanceStatus, choices
+from instances.status import FlowType, InstanceStatus, choices
 from instances.wiring import engine
 from vnext.admin_site import broker_configured
 from vnext.conf import vnext_setting
@@ -482,7 +482,7 @@ class InstanceAdmin(admin.ModelAdmin):
         correlation = instance.parent_correlation
         if correlation is None:
             return "-"
-        kind = "subflow" if correlation.type == Correlation.Type.SUBFLOW else "subprocess"
+        kind = "subflow" if correlation.type == FlowType.SUBFLOW else "subprocess"
         return format_html(
             "{} ({} in state {}, {})",
             _instance_link(correlation.parent_id),
