@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from instances.events import event_job_admitted
-from instances.job_payloads import TransitionJob, transition_job_of
 from instances.orm_store import OrmStore
 from instances.queue import job_requeue
 from instances.status import InstanceStatus, JobKind, JobStatus
@@ -102,7 +101,9 @@ def _replay_without_effect(job: Job) -> str:
 def _reservation_of(job: Job) -> str | None:
     """The Busy reservation a transition job takes its instance over from; None for a
     lock-free one (it holds nothing)."""
-    call = transition_job_of(job.payload)
-    if isinstance(call, TransitionJob) and call.lock_free:
+    # Read as stored, not through the payload records: an operator may replay any finished
+    # row, also one whose payload no record reads (made by hand, or by an older release).
+    payload = job.payload or {}
+    if payload.get("lockFree"):
         return None
-    return call.reservation or ""
+    return str(payload.get("reservation") or "")
