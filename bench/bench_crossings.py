@@ -30,26 +30,32 @@ ENGINE = "instances.engine"
 
 @dataclass(frozen=True)
 class Route:
-    """The modules one action called into, in order, consecutive repeats collapsed."""
+    """The module-to-module calls one action made, in order: (caller, callee, climbed), where
+    `climbed` says the callee was already running further down the stack (a callback that
+    climbs back into a module the route had passed through, e.g. the engine calling into the
+    services that called it)."""
 
     label: str
-    stops: tuple[str, ...]
+    calls: tuple[tuple[str, str, bool], ...]
 
     @property
-    def modules(self) -> int:
-        """How many distinct modules the route enters."""
-        return len(set(self.stops))
+    def modules(self) -> list[str]:
+        """The modules entered, in the order first entered."""
+        seen: dict[str, None] = {}
+        for caller, callee, _ in self.calls:
+            seen.setdefault(caller)
+            seen.setdefault(callee)
+        return list(seen)
 
     @property
-    def reentries(self) -> Counter[str]:
-        """Per module, how many times the route came back to it after leaving it."""
-        seen: set[str] = set()
-        back: Counter[str] = Counter()
-        for stop in self.stops:
-            if stop in seen:
-                back[stop] += 1
-            seen.add(stop)
-        return back
+    def edges(self) -> Counter[tuple[str, str]]:
+        """How often each module called each other module."""
+        return Counter((caller, callee) for caller, callee, _ in self.calls)
+
+    @property
+    def climbs(self) -> Counter[str]:
+        """Per module, how often the route climbed back into it while it was still running."""
+        return Counter(callee for _, callee, climbed in self.calls if climbed)
 
 
 def _stop(module: str) -> str | None:
@@ -59,22 +65,29 @@ def _stop(module: str) -> str | None:
 
 
 def route(label: str, action: Callable[[], Any]) -> Route:
-    """Run `action` under a profiler and return the modules it called into."""
-    stops: list[str] = []
+    """Run `action` under a profiler and return the module-to-module calls it made."""
+    calls: list[tuple[str, str, bool]] = []
+    stack: list[str | None] = []  # one entry per Python frame: its project module, or None
 
     def profiler(frame: types.FrameType, event: str, _arg: Any) -> None:
+        if event == "return":
+            if stack:
+                stack.pop()
+            return
         if event != "call":
             return
         stop = _stop(str(frame.f_globals.get("__name__", "")))
-        if stop is not None and (not stops or stops[-1] != stop):
-            stops.append(stop)
+        caller = next((each for each in reversed(stack) if each is not None), None)
+        if stop is not None and caller is not None and stop != caller:
+            calls.append((caller, stop, stop in stack))
+        stack.append(stop)
 
     sys.setprofile(profiler)
     try:
         action()
     finally:
         sys.setprofile(None)
-    return Route(label, tuple(stops))
+    return Route(label, tuple(calls))
 
 
 def _client() -> Client:
@@ -128,23 +141,25 @@ def routes() -> list[Route]:
     return [sync, job]
 
 
-def middle_band(whole: Route) -> Route:
-    """The same route with only `instances` modules outside the engine (the middle band)."""
-    stops: list[str] = []
-    for stop in whole.stops:
-        if stop.startswith("instances.") and stop != ENGINE and (not stops or stops[-1] != stop):
-            stops.append(stop)
-    return Route(f"{whole.label}, middle band only", tuple(stops))
+def _short(module: str) -> str:
+    return module.removeprefix("instances.")
 
 
 def main() -> None:
-    """Print each route, whole and its middle band: modules in order, distinct count, re-entries."""
-    for one in [shown for whole in routes() for shown in (whole, middle_band(whole))]:
-        back = one.reentries
+    """Print each route: the modules it enters, its module-to-module calls, and its climbs."""
+    for one in routes():
+        middle = [m for m in one.modules if m.startswith("instances.") and m != ENGINE]
         print(
-            f"\n{one.label}: {one.modules} modules, {len(one.stops)} stops, "
-            f"{sum(back.values())} re-entries"
+            f"\n{one.label}: {len(one.modules)} modules ({len(middle)} of the middle band), "
+            f"{len(one.calls)} calls between modules over {len(one.edges)} edges, "
+            f"{sum(one.climbs.values())} climbs back"
         )
-        print("  " + " -> ".join(stop.removeprefix("instances.") for stop in one.stops))
-        if back:
-            print("  back into: " + ", ".join(f"{m} x{n}" for m, n in back.most_common()))
+        print("  modules: " + ", ".join(_short(m) for m in one.modules))
+        print(
+            "  climbs back into: "
+            + (", ".join(f"{_short(m)} x{n}" for m, n in one.climbs.most_common()) or "none")
+        )
+        print(
+            "  edges: "
+            + ", ".join(f"{_short(a)}->{_short(b)} x{n}" for (a, b), n in sorted(one.edges.items()))
+        )
