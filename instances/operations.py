@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import PipelineFault, PipelineSuperseded
 from instances.models import Incident, Instance, OperatorAction
-from instances.orm_store import FaultToRetry, OrmStore
+from instances.orm_store import FaultToRetry, OrmStore, incidents_resolve
 from instances.services import RequestInfo, instance_retry, instance_transition, workflow_definition
 from instances.snapshots import snapshot_of
 from instances.status import InstanceStatus
@@ -194,13 +193,8 @@ def incident_resolve(*, instance: Instance, actor: str) -> OperatorResult:
     retry: resolution `resolved by operator`, who and when. The instance status does not change
     (a Faulted one stays Faulted until retried or cancelled). Skipped when nothing is open;
     audited otherwise."""
-    open_incidents = Incident.objects.filter(instance_id=instance.id, resolved=False)
-    codes = sorted(set(open_incidents.values_list("error_code", flat=True)))
-    count = open_incidents.update(
-        resolved=True,
-        resolved_at=timezone.now(),
-        resolution=RESOLVED_BY_OPERATOR,
-        resolved_by=actor,
+    count, codes = incidents_resolve(
+        instance_id=instance.id, resolved_by=actor, resolution=RESOLVED_BY_OPERATOR
     )
     if not count:
         return OperatorResult(instance.id, SKIPPED, "no open incident")

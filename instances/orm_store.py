@@ -560,3 +560,22 @@ def correlation_active_exists(*, parent_id: uuid.UUID, child_id: uuid.UUID) -> b
     return Correlation.objects.filter(
         parent_id=parent_id, child_id=child_id, status=CorrelationStatus.ACTIVE
     ).exists()
+
+
+# --- an operator's repair ---------------------------------------------------------------------
+
+
+def incidents_resolve(
+    *, instance_id: uuid.UUID, resolved_by: str, resolution: str
+) -> tuple[int, list[str]]:
+    """Close the instance's open incidents (`resolution`, by whom, now) without touching the
+    instance: how many it closed, and their error codes, sorted."""
+    open_incidents = Incident.objects.filter(instance_id=instance_id, resolved=False)
+    codes = sorted(set(open_incidents.values_list("error_code", flat=True)))
+    closed = open_incidents.update(
+        resolved=True,
+        resolved_at=timezone.now(),
+        resolution=resolution,
+        resolved_by=resolved_by,
+    )
+    return closed, codes
