@@ -93,7 +93,7 @@ from instances.wiring import engine
 from vnext.conf import vnext_setting
 
 if TYPE_CHECKING:
-    from instances.models import Job
+    from instances.job_table import Job
 
 logger = logging.getLogger("vnext.jobs")
 _store = OrmStore()

@@ -15,7 +15,7 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,12 +23,13 @@ from typing import Any
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import OperationalError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models import Count, Exists, F, Min, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from instances.engine.records import JobRow
 from instances.engine.telemetry import with_request_id
-from instances.models import Job
+from instances.job_table import Job
 from instances.status import JobKind, JobStatus
 from vnext.celery import app as celery_app
 from vnext.conf import vnext_setting
@@ -754,3 +755,164 @@ def long_poll_fallback_cancel(*, instance_id: uuid.UUID, token: str) -> int:
         status=JobStatus.PENDING,
         payload__token=token,
     ).update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+
+
+# --- the job rows of the store's hop, the events, the archive and the operators' pages ----------
+# Every other module reaches the job table through these (the import contract lets only this
+# module import it): the store's pieces run inside the store's own transaction.
+
+# The kinds of job a hop's "cancel every timer" cancels.
+_TIMER_KINDS = (JobKind.TIMER, JobKind.TIMEOUT)
+
+
+def jobs_create(*, instance_id: uuid.UUID, jobs: Sequence[JobRow]) -> None:
+    """Insert the jobs a hop caused (one bulk INSERT, in the caller's transaction); handed to the
+    runner once (and only if) that transaction commits."""
+    created = Job.objects.bulk_create(Job(instance_id=instance_id, **vars(job)) for job in jobs)
+    due = [(job.pk, job.run_at) for job in created]
+    transaction.on_commit(lambda: jobs_dispatch(due))
+
+
+def jobs_timers_cancel(*, instance_id: uuid.UUID, states: Collection[str] | None = None) -> None:
+    """Cancel the instance's pending timers: every timer and timeout (`states` None), or the
+    timers of `states` (one UPDATE, guarded by `pending`)."""
+    timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
+    if states is None:
+        timers = timers.filter(kind__in=_TIMER_KINDS)
+    else:
+        timers = timers.filter(kind=JobKind.TIMER, state__in=states)
+    timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+
+
+# For the store's raw statements on PostgreSQL, which write or read job rows in the same
+# statement as the instance row. The insert of an accepted request's transition job, from the
+# row a `reserved` CTE returns (its `id`; parameters `kind`, `payload`, `now`):
+RESERVED_JOB_INSERT_SQL = f"""
+INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, status, attempts,
+                                  lease_owner, last_error, created_at, updated_at)
+SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(now)s, %(now)s
+FROM reserved
+RETURNING id, run_at
+"""
+# The ids of the write lane's unfinished tickets of the instance aliased `i`, oldest first.
+LANE_TICKET_IDS_SQL = (
+    f"ARRAY(SELECT j.id FROM {Job._meta.db_table} j "
+    f"WHERE j.instance_id = i.id AND j.kind = '{JobKind.UPDATE_DATA}' "
+    f"AND j.status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}') ORDER BY j.id)"
+)
+
+
+def job_event_receipt_create(*, dedupe_key: str, payload: dict[str, Any]) -> None:
+    """Insert an event's receipt (a succeeded `event-receipt` job, unique by `dedupe_key`) in a
+    savepoint: `IntegrityError` when another delivery of the event committed it first."""
+    with transaction.atomic():
+        Job.objects.create(
+            kind=JobKind.EVENT_RECEIPT,
+            instance_id=None,
+            status=JobStatus.SUCCEEDED,
+            dedupe_key=dedupe_key,
+            payload=payload,
+        )
+
+
+def job_claimed_payload_update(*, job: Job, payload: dict[str, Any]) -> bool:
+    """Replace the job's payload, only while this claim still holds it (False otherwise)."""
+    marked = Job.objects.filter(
+        pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner
+    ).update(payload=payload, updated_at=timezone.now())
+    return bool(marked)
+
+
+def job_timeout_due_get(*, instance_id: uuid.UUID) -> datetime | None:
+    """When the instance's pending timeout is due, or None."""
+    return (
+        Job.objects.filter(instance_id=instance_id, kind=JobKind.TIMEOUT, status=JobStatus.PENDING)
+        .values_list("run_at", flat=True)
+        .first()
+    )
+
+
+def jobs_timers_list(*, instance_id: uuid.UUID) -> list[Job]:
+    """The instance's pending timers, soonest first."""
+    timers = Job.objects.filter(
+        instance_id=instance_id, kind=JobKind.TIMER, status=JobStatus.PENDING
+    ).order_by("run_at")
+    return list(timers)
+
+
+def jobs_live_list(*, instance_id: Any) -> QuerySet[Job]:
+    """The instance's pending and running jobs; `instance_id` may be an `OuterRef` (the archive
+    asks whether they exist, per candidate)."""
+    return Job.objects.filter(instance_id=instance_id, status__in=_LIVE_JOBS)
+
+
+def jobs_of_instance_list(
+    *, instance_id: uuid.UUID, statuses: Sequence[str], limit: int
+) -> list[Job]:
+    """The instance's jobs in `statuses`, soonest due first, at most `limit`."""
+    found = Job.objects.filter(instance_id=instance_id, status__in=statuses).order_by("run_at")
+    return list(found[:limit])
+
+
+def jobs_list(
+    *,
+    ids: Sequence[int] = (),
+    instance_id: str | None = None,
+    kind: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[Job]:
+    """The jobs selected by id, instance, kind, status and creation time (created at or after
+    `since`, before `until`), oldest first; an argument left out selects every job."""
+    jobs = Job.objects.all()
+    if ids:
+        jobs = jobs.filter(pk__in=ids)
+    if instance_id:
+        jobs = jobs.filter(instance_id=instance_id)
+    if kind:
+        jobs = jobs.filter(kind=kind)
+    if status:
+        jobs = jobs.filter(status=status)
+    if since is not None:
+        jobs = jobs.filter(created_at__gte=since)
+    if until is not None:
+        jobs = jobs.filter(created_at__lt=until)
+    return jobs.order_by("created_at", "pk")
+
+
+def jobs_tally_list(
+    *, statuses: Sequence[str], by: Sequence[str], oldest: bool = False
+) -> list[tuple[Any, ...]]:
+    """How many jobs in `statuses` there are per value of the columns `by`, ordered by them:
+    rows `(*values, count)`, and the oldest `run_at` last when `oldest`."""
+    figures: dict[str, Any] = {"n": Count("id")}
+    if oldest:
+        figures["oldest"] = Min("run_at")
+    rows = Job.objects.filter(status__in=statuses).values_list(*by).annotate(**figures)
+    return list(rows.order_by(*by))
+
+
+def jobs_count(*, status: str) -> int:
+    """How many jobs have `status`."""
+    return Job.objects.filter(status=status).count()
+
+
+# The archive: an archived instance's job rows leave with it and come back on restore.
+
+
+def jobs_archived_list(*, instance_ids: list[Any]) -> list[dict[str, Any]]:
+    """Every job row of the instances, as column values, in id order."""
+    found = Job.objects.filter(instance_id__in=instance_ids).order_by("pk").values()
+    return [dict(row) for row in found]
+
+
+def jobs_archived_delete(*, instance_ids: list[Any]) -> None:
+    """Delete every job row of the instances in one raw DELETE (nothing refers to a job row)."""
+    jobs = Job.objects.filter(instance_id__in=instance_ids)
+    jobs._raw_delete(jobs.db)
+
+
+def jobs_restore(*, jobs: list[Job]) -> None:
+    """Insert restored job rows as they were archived (their ids and statuses kept)."""
+    Job.objects.bulk_create(jobs)

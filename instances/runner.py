@@ -30,7 +30,7 @@ from locks.services import locks_sweep_expired
 from vnext.conf import vnext_setting
 
 if TYPE_CHECKING:
-    from instances.models import Job
+    from instances.job_table import Job
 
 logger = logging.getLogger("vnext.runner")
 

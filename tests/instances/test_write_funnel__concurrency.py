@@ -18,7 +18,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from instances.job_handlers import job_run, jobs_run_due
-from instances.models import Instance, InstanceDataVersion, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Instance, InstanceDataVersion, InstanceTransition
 from instances.queue import lane_lock_key
 from tests.engine.builders import script, state, task_ref, transition, workflow
 from tests.instances.http_server import http_server
