@@ -55,11 +55,11 @@ from instances.job_payloads import (
     TransitionJob,
     transition_job_of,
 )
+from instances.lane_lock import LaneTimeout, lane_held
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
 from instances.orm_store import OrmStore, transition_row_get
 from instances.queue import (
-    LaneTimeout,
     backoff,
     job_boundary_retry_get,
     job_claim,
@@ -73,7 +73,6 @@ from instances.queue import (
     jobs_fail_expired_leases,
     jobs_relayed_list,
     lane_dispatch_next,
-    lane_held,
     max_attempts,
 )
 from instances.run_requests import (

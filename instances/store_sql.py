@@ -30,6 +30,7 @@ from instances.engine.records import (
     new_etag,
 )
 from instances.engine.telemetry import with_request_id
+from instances.job_dispatch import jobs_dispatch
 from instances.models import (
     Instance,
     InstanceTask,
@@ -39,7 +40,6 @@ from instances.queue import (
     LANE_TICKET_IDS_SQL,
     RESERVED_JOB_INSERT_SQL,
     job_enqueue,
-    jobs_dispatch,
     lane_waiting,
 )
 from instances.snapshots import SELECT_COLUMNS, newest_instance, opened, raw_snapshot, snapshot_of
