@@ -31,8 +31,8 @@ from bench.summary import record
 from bench.timing import percentile
 from bench.transition_workflows import DOMAIN
 from instances.engine.outcomes import Rejected
+from instances.lane_lock import lane_lock_key
 from instances.models import Instance
-from instances.queue import lane_lock_key
 from instances.services import instance_start, instance_transition
 from instances.sync_transitions import instance_transition_run
 from workflows.services import component_publish

@@ -18,7 +18,7 @@ from bench.bench_transitions import INFO, prepare_database, start_instance
 from bench.database import libpq_url
 from bench.transition_workflows import DOMAIN
 from instances import job_handlers as jobs
-from instances.models import Job
+from instances.job_table import Job
 from instances.services import instance_transition_accept
 
 NOOP_JOBS = 2000

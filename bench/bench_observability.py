@@ -24,7 +24,8 @@ from django.utils import timezone
 from bench.bench_transitions import EngineDriver, prepare_database
 from bench.summary import record
 from bench.transition_workflows import DOMAIN, WITH_TASK
-from instances.models import Incident, Instance, Job
+from instances.job_table import Job
+from instances.models import Incident, Instance
 
 ROUNDS = 7
 PER_ROUND = 150

@@ -43,10 +43,10 @@ from instances.models import (
     ArchivedInstance,
     Correlation,
     Instance,
-    Job,
     OperatorAction,
 )
-from instances.status import InstanceStatus, JobStatus
+from instances.queue import jobs_live_list
+from instances.status import InstanceStatus
 from vnext.conf import vnext_setting
 from workflows.documents import ComponentKind
 from workflows.models import Component
@@ -59,9 +59,6 @@ MANIFEST_SUFFIX = ".manifest.json"
 # How long one statement of a batch waits for a lock before the batch gives up (and is retried
 # by the next run): the archive yields to the live work, never the other way round.
 LOCK_TIMEOUT = "2s"
-
-
-_LIVE_JOBS = (JobStatus.PENDING, JobStatus.RUNNING)
 
 
 class ArchiveError(Exception):
@@ -175,7 +172,7 @@ def archive_candidate_list(*, retention: Retention, now: datetime) -> models.Que
     if retention.days is None:
         return Instance.objects.none()
     cutoff = now - timedelta(days=retention.days)
-    live_job = Job.objects.filter(instance_id=OuterRef("pk"), status__in=_LIVE_JOBS)
+    live_job = jobs_live_list(instance_id=OuterRef("pk"))
     live_child = Correlation.objects.filter(parent_id=OuterRef("pk"), child__isnull=False).exclude(
         child__status=InstanceStatus.COMPLETED
     )

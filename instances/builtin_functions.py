@@ -35,15 +35,11 @@ from instances.engine.visibility import (
     state_value,
 )
 from instances.job_payloads import TimerJob
-from instances.models import (
-    Job,
-)
+from instances.queue import job_timeout_due_get, jobs_timers_list
 from instances.selectors import incident_active_get, incident_block
 from instances.snapshots import protection_for
 from instances.status import (
     InstanceStatus,
-    JobKind,
-    JobStatus,
     Trigger,
 )
 from instances.wiring import engine
@@ -125,11 +121,7 @@ def state_function(
         "transitions": transitions,
         "incident": incident_block(instance, incident),
     }
-    deadline = (
-        Job.objects.filter(instance_id=instance.id, kind=JobKind.TIMEOUT, status=JobStatus.PENDING)
-        .values_list("run_at", flat=True)
-        .first()
-    )
+    deadline = job_timeout_due_get(instance_id=instance.id)
     interaction = _interaction(state, roles, own)
     if interaction is not None:
         body["interaction"] = interaction
@@ -195,11 +187,8 @@ def _manual_transitions(
 
 def _scheduled_transitions(instance: InstanceSnapshot, base: str) -> list[dict[str, Any]]:
     """The instance's armed timers, soonest first, as `scheduled` transitions."""
-    timers = Job.objects.filter(
-        instance_id=instance.id, kind=JobKind.TIMER, status=JobStatus.PENDING
-    ).order_by("run_at")
     entries = []
-    for job in timers:
+    for job in jobs_timers_list(instance_id=instance.id):
         key = TimerJob.from_json(job.payload).transition
         entries.append(
             {

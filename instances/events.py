@@ -22,7 +22,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -35,8 +35,8 @@ from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.field_encryption import open_request, protection_of, seal_request
 from instances.filters import parse_filter
 from instances.job_payloads import EventReceipt, EventTransitionJob
-from instances.models import Instance, Job
-from instances.queue import job_enqueue
+from instances.models import Instance
+from instances.queue import job_claimed_payload_update, job_enqueue, job_event_receipt_create
 from instances.services import (
     RequestInfo,
     instance_start,
@@ -44,8 +44,11 @@ from instances.services import (
     workflow_definition,
 )
 from instances.snapshots import sealed_paths
-from instances.status import InstanceStatus, JobKind, JobStatus, Trigger
+from instances.status import InstanceStatus, JobKind, Trigger
 from instances.wiring import engine
+
+if TYPE_CHECKING:
+    from instances.job_table import Job
 
 _NO_INSTANCE = uuid.UUID(int=0)
 # How many instances one event may move (a filter that selects more is refused).
@@ -200,14 +203,10 @@ def _event_mapping(
 def _receipt_taken(receipt: str, delivery: Delivery, action: str, workflow: str) -> bool:
     # False when another delivery of this event committed its receipt (with its work).
     try:
-        with transaction.atomic():
-            Job.objects.create(
-                kind=JobKind.EVENT_RECEIPT,
-                instance_id=None,
-                status=JobStatus.SUCCEEDED,
-                dedupe_key=hashlib.sha256(receipt.encode()).hexdigest(),
-                payload=EventReceipt(delivery.event_id, action, workflow).to_json(),
-            )
+        job_event_receipt_create(
+            dedupe_key=hashlib.sha256(receipt.encode()).hexdigest(),
+            payload=EventReceipt(delivery.event_id, action, workflow).to_json(),
+        )
     except IntegrityError:
         return False
     return True
@@ -306,10 +305,7 @@ def event_transition_admit(job: Job) -> EventAdmission:
                 info=RequestInfo(actor=waiting.actor or "event", headers={}, query={}),
                 trigger=Trigger.EVENT,
             )
-            marked = Job.objects.filter(
-                pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner
-            ).update(payload={**job.payload, _ADMITTED: True}, updated_at=timezone.now())
-            if not marked:
+            if not job_claimed_payload_update(job=job, payload={**job.payload, _ADMITTED: True}):
                 raise _ClaimLost
     except _ClaimLost:
         return EventAdmission(LOST, "another claim holds this job now")

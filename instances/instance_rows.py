@@ -9,8 +9,9 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
+from django.apps import apps
 from django.db import models
 
 from instances.models import (
@@ -20,21 +21,61 @@ from instances.models import (
     InstanceDataVersion,
     InstanceTask,
     InstanceTransition,
-    Job,
     OperatorAction,
 )
+from instances.queue import jobs_archived_delete, jobs_archived_list, jobs_restore
+
+
+class Table(NamedTuple):
+    """A table holding rows of an instance, with the column that names the instance."""
+
+    name: str
+    model: type[models.Model]
+    column: str
+
+    def rows_of(self, ids: list[Any]) -> list[dict[str, Any]]:
+        """Every row of the instances `ids`, as column values, in id order."""
+        found = self.model._default_manager.filter(**{f"{self.column}__in": ids})
+        return list(found.order_by("pk").values())
+
+    def delete(self, ids: list[Any]) -> None:
+        """Delete every row of the instances `ids` in one raw DELETE."""
+        queryset = self.model._default_manager.filter(**{f"{self.column}__in": ids})
+        queryset._raw_delete(queryset.db)
+
+    def insert(self, objects: list[Any]) -> None:
+        """Insert restored rows as they were archived."""
+        self.model._default_manager.bulk_create(objects)
+
+
+class _JobTable(Table):
+    """The job rows, read, deleted and inserted by the queue (the one module that queries
+    them); the model only shapes restored rows."""
+
+    def rows_of(self, ids: list[Any]) -> list[dict[str, Any]]:
+        """Every job row of the instances `ids`, in id order."""
+        return jobs_archived_list(instance_ids=ids)
+
+    def delete(self, ids: list[Any]) -> None:
+        """Delete every job row of the instances `ids`."""
+        jobs_archived_delete(instance_ids=ids)
+
+    def insert(self, objects: list[Any]) -> None:
+        """Insert restored job rows."""
+        jobs_restore(jobs=objects)
+
 
 # Every table holding rows of an instance, in the order they are restored (referenced first);
 # each with the column that names the instance. Deleted in the reverse order.
-TABLES: tuple[tuple[str, type[models.Model], str], ...] = (
-    ("instance", Instance, "id"),
-    ("transition", InstanceTransition, "instance_id"),
-    ("correlation", Correlation, "parent_id"),
-    ("data_version", InstanceDataVersion, "instance_id"),
-    ("task", InstanceTask, "instance_id"),
-    ("incident", Incident, "instance_id"),
-    ("job", Job, "instance_id"),
-    ("operator_action", OperatorAction, "instance_id"),
+TABLES: tuple[Table, ...] = (
+    Table("instance", Instance, "id"),
+    Table("transition", InstanceTransition, "instance_id"),
+    Table("correlation", Correlation, "parent_id"),
+    Table("data_version", InstanceDataVersion, "instance_id"),
+    Table("task", InstanceTask, "instance_id"),
+    Table("incident", Incident, "instance_id"),
+    _JobTable("job", apps.get_model("instances", "Job"), "instance_id"),
+    Table("operator_action", OperatorAction, "instance_id"),
 )
 # Links from rows that stay (a completed relative archived later) to rows that leave: nulled on
 # archive, recorded in the file as `link` rows, put back on restore when both ends are there.
@@ -53,11 +94,8 @@ def instance_rows_of(
     """Every row of every table for `ids` (each tagged with its instance under `_instance`),
     and the `link` rows from the rows that stay."""
     rows: dict[str, list[dict[str, Any]]] = {"instance": instances}
-    for name, model, column in TABLES[1:]:
-        found = list(
-            model._default_manager.filter(**{f"{column}__in": ids}).order_by("pk").values()
-        )
-        rows[name] = [{**row, "_instance": row[column]} for row in found]
+    for table in TABLES[1:]:
+        rows[table.name] = [{**row, "_instance": row[table.column]} for row in table.rows_of(ids)]
     for row in instances:
         row["_instance"] = row["id"]
     leaving = [row["id"] for row in rows["correlation"]]
@@ -88,9 +126,8 @@ def instance_rows_delete(ids: list[Any], rows: dict[str, list[dict[str, Any]]]) 
     Correlation.objects.filter(child_id__in=ids).exclude(parent_id__in=ids).update(child=None)
     # Links inside the batch need no nulling: the foreign keys are checked at commit (Django
     # creates them DEFERRABLE INITIALLY DEFERRED), when both ends are gone.
-    for _, model, column in reversed(TABLES):
-        queryset = model._default_manager.filter(**{f"{column}__in": ids})
-        queryset._raw_delete(queryset.db)
+    for table in reversed(TABLES):
+        table.delete(ids)
 
 
 def instance_rows_insert(grouped: dict[str, list[dict[str, Any]]]) -> Counter[str]:
@@ -98,12 +135,12 @@ def instance_rows_insert(grouped: dict[str, list[dict[str, Any]]]) -> Counter[st
     put back the links archiving nulled; how many rows went back, per table."""
     counts: Counter[str] = Counter()
     transitions = {uuid.UUID(row["id"]) for row in grouped.get("transition", [])}
-    for table, model, _ in TABLES:
-        objects = [_restored(model, row) for row in grouped.get(table, [])]
+    for table in TABLES:
+        objects = [_restored(table.model, row) for row in grouped.get(table.name, [])]
         for restored in objects:
             _drop_dangling(restored, transitions)
-        model._default_manager.bulk_create(objects)
-        counts[table] = len(objects)
+        table.insert(objects)
+        counts[table.name] = len(objects)
     _relink(grouped.get(LINK, []))
     counts[LINK] = len(grouped.get(LINK, []))
     return counts

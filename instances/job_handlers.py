@@ -55,11 +55,11 @@ from instances.job_payloads import (
     TransitionJob,
     transition_job_of,
 )
+from instances.lane_lock import LaneTimeout, lane_held
 from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
 from instances.orm_store import OrmStore, transition_row_get
 from instances.queue import (
-    LaneTimeout,
     backoff,
     job_claim,
     job_claim_holds,
@@ -71,7 +71,6 @@ from instances.queue import (
     jobs_fail_expired_leases,
     jobs_relayed_list,
     lane_dispatch_next,
-    lane_held,
     max_attempts,
 )
 from instances.run_requests import (
@@ -91,7 +90,7 @@ from instances.wiring import engine
 from vnext.conf import vnext_setting
 
 if TYPE_CHECKING:
-    from instances.models import Job
+    from instances.job_table import Job
 
 logger = logging.getLogger("vnext.jobs")
 _store = OrmStore()

@@ -8,14 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from instances.counts import instance_counts
-from instances.models import Incident, Instance, Job
+from instances.models import Incident, Instance
+from instances.queue import jobs_tally_list
 from instances.status import InstanceStatus, JobStatus
 from vnext.conf import vnext_setting
 
@@ -40,12 +41,7 @@ class DatabaseCollector(Collector):
             "How long the oldest due pending job of a kind has waited past its due time (0: none)",
             labels=["kind"],
         )
-        rows = (
-            Job.objects.filter(status__in=QUEUED)
-            .values_list("kind", "status")
-            .annotate(n=Count("id"), oldest=Min("run_at"))
-            .order_by("kind", "status")
-        )
+        rows = jobs_tally_list(statuses=QUEUED, by=["kind", "status"], oldest=True)
         oldest_by_kind: dict[str, float] = {}
         for kind, status, count, oldest in rows:
             depth.add_metric([kind, status], count)
@@ -60,12 +56,7 @@ class DatabaseCollector(Collector):
         failed = GaugeMetricFamily(
             "vnext_jobs_failed", "Jobs failed for good (an operator replays them)", labels=["kind"]
         )
-        for kind, count in (
-            Job.objects.filter(status=JobStatus.FAILED)
-            .values_list("kind")
-            .annotate(n=Count("id"))
-            .order_by("kind")
-        ):
+        for kind, count in jobs_tally_list(statuses=[JobStatus.FAILED], by=["kind"]):
             failed.add_metric([kind], count)
         yield failed
 

@@ -1,5 +1,6 @@
 """Instances and everything recorded about them: transitions, data versions, the task journal,
-incidents, parent/child correlations and the durable job queue (DESIGN section 3)."""
+incidents and parent/child correlations (DESIGN section 3); the durable job queue's table is
+`instances/job_table.py`."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+# Django registers the models of an app by importing its `models` module: the job table lives in
+# its own module (only `instances.queue` queries it), imported here for that registration alone.
+from instances import job_table  # noqa: F401
 from instances.status import (
     CorrelationStatus,
     FlowType,
     InstanceStatus,
-    JobStatus,
     TaskStatus,
     TransitionStatus,
     choices,
@@ -270,40 +273,6 @@ class Correlation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.parent_id} -> {self.child_id} ({self.type}, {self.status})"
-
-
-class Job(models.Model):
-    """The durable queue / transactional outbox: inserted with the change that causes it."""
-
-    kind = models.CharField(max_length=40)
-    instance = models.ForeignKey(
-        Instance,
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="jobs",
-        db_index=False,  # covered by the (instance, status) index
-    )
-    state = models.CharField(max_length=200, blank=True)  # the state a timer belongs to
-    payload = models.JSONField(default=dict, blank=True)
-    run_at = models.DateTimeField(default=timezone.now)
-    status = models.CharField(max_length=20, choices=choices(JobStatus), default=JobStatus.PENDING)
-    attempts = models.PositiveSmallIntegerField(default=0)
-    lease_owner = models.CharField(max_length=64, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    dedupe_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        indexes = [
-            models.Index(fields=["status", "run_at"], name="job_due"),
-            models.Index(fields=["instance", "status"], name="job_instance"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.kind} job {self.pk} [{self.status}]"
 
 
 class OperatorAction(models.Model):

@@ -50,22 +50,18 @@ from instances.models import (
     InstanceDataVersion,
     InstanceTask,
     InstanceTransition,
-    Job,
 )
-from instances.queue import job_enqueue, jobs_dispatch, jobs_reschedule
+from instances.queue import job_enqueue, jobs_create, jobs_reschedule, jobs_timers_cancel
 from instances.snapshots import INSTANCE_FIELDS, protection_for, snapshot_of, stored_data
 from instances.status import (
     CorrelationStatus,
     FlowType,
     InstanceStatus,
     JobKind,
-    JobStatus,
     TransitionStatus,
 )
 from instances.store_sql import GuardFailed, busy_take, dialect, status_guard_q
 from locks.models import ResourceLock
-
-_TIMER_KINDS = ("timer", "timeout")
 
 
 class OrmStore:
@@ -401,12 +397,10 @@ class OrmStore:
                 instance_id=instance_id, kind=JobKind.TIMEOUT, run_at=writes.reschedule_timeout
             )
         if writes.cancel_all_timers or writes.cancel_timers_of:
-            timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
-            if writes.cancel_all_timers:
-                timers = timers.filter(kind__in=_TIMER_KINDS)
-            else:
-                timers = timers.filter(kind="timer", state__in=writes.cancel_timers_of)
-            timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+            jobs_timers_cancel(
+                instance_id=instance_id,
+                states=None if writes.cancel_all_timers else writes.cancel_timers_of,
+            )
         if writes.release_locks:
             ResourceLock.objects.filter(owner=instance_id).delete()
         if writes.resolve_incidents is not None:
@@ -415,12 +409,7 @@ class OrmStore:
                 resolved=True, resolved_at=timezone.now(), resolution=resolution, resolved_by=who
             )
         if writes.jobs:
-            created = Job.objects.bulk_create(
-                Job(instance_id=instance_id, **vars(job)) for job in writes.jobs
-            )
-            # Handed to the job runner once (and only if) this transaction commits.
-            jobs = [(job.pk, job.run_at) for job in created]
-            transaction.on_commit(lambda: jobs_dispatch(jobs))
+            jobs_create(instance_id=instance_id, jobs=writes.jobs)
         for child in writes.children:
             _start_child(instance_id, child)
         if writes.parent_correlation_status is not None and committed.parent_correlation_id:

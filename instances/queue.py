@@ -13,41 +13,28 @@ import functools
 import json
 import logging
 import random
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import OperationalError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db import connection, transaction
+from django.db.models import Count, Exists, F, Min, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from instances.engine.records import JobRow
 from instances.engine.telemetry import with_request_id
-from instances.models import Job
+from instances.job_dispatch import jobs_dispatch
+from instances.job_table import Job
+from instances.lane_lock import LANE_NUMBERING, lane_lock_key
 from instances.status import JobKind, JobStatus
-from vnext.celery import app as celery_app
 from vnext.conf import vnext_setting
 
 logger = logging.getLogger("vnext.jobs")
 
-# The Celery task that runs one job (`instances.tasks.job_run_task`), sent by name.
-JOB_RUN_TASK = "vnext.job_run"
-# Called after commit when jobs are due and no broker is used (the embedded runner registers).
-_wakers: list[Callable[[], None]] = []
-
-
-def register_waker(wake: Callable[[], None]) -> None:
-    """Have `wake()` called whenever jobs are dispatched without a broker."""
-    if wake not in _wakers:
-        _wakers.append(wake)
-
-
-# --- enqueue and dispatch ------------------------------------------------------------------------
+# --- enqueue -------------------------------------------------------------------------------------
 
 
 def job_enqueue(
@@ -80,14 +67,6 @@ def job_row_seed(job_id: int) -> uuid.UUID:
 
 
 # --- the write lane: an instance's updateData, one after another ------------------------------
-
-# Advisory lock namespaces (the two-key form): one orders the tickets' inserts, one is held by
-# whoever applies an update of the instance.
-_LANE_NUMBERING, _LANE_WRITING = 7301, 7302
-
-
-class LaneTimeout(Exception):
-    """The instance's write lane stayed taken for longer than the caller would wait."""
 
 
 def lane_ticket(*, instance_id: uuid.UUID, payload: dict[str, Any]) -> int:
@@ -122,7 +101,7 @@ def _lane_insert(values: dict[str, Any], now: datetime) -> int:
         cursor.execute(
             f"INSERT INTO {Job._meta.db_table} ({', '.join(columns)}) SELECT {placeholders} "
             "FROM (SELECT pg_advisory_xact_lock(%s, %s)) AS lane RETURNING id",
-            [*params, _LANE_NUMBERING, lane_lock_key(values["instance_id"])],
+            [*params, LANE_NUMBERING, lane_lock_key(values["instance_id"])],
         )
         inserted = cursor.fetchone()
     assert inserted is not None  # the lock's row source yields exactly one row
@@ -133,51 +112,6 @@ def _lane_insert(values: dict[str, Any], now: datetime) -> int:
 def _job_column_type(name: str) -> str:
     # The column's type, so a NULL parameter is typed too (`SELECT %s::timestamptz ...`).
     return str(Job._meta.get_field(name.removesuffix("_id")).db_type(connection))
-
-
-def lane_lock_key(instance_id: uuid.UUID) -> int:
-    """The instance's key in the lane's advisory locks (a signed 32-bit integer)."""
-    return (instance_id.int & 0xFFFFFFFF) - 2**31
-
-
-# SQLite (the embedded mode, one process): the lane is a lock per instance in this process.
-_LOCAL_LANES: dict[uuid.UUID, threading.RLock] = {}
-_LOCAL_LANES_GUARD = threading.Lock()
-
-
-@contextmanager
-def lane_held(instance_id: uuid.UUID, *, wait: float) -> Iterator[None]:
-    """A transaction holding the instance's write lane: every update of the instance's data by
-    an updateData is applied inside one, so they apply one after another, each reading what the
-    one before committed. Waits at most `wait` seconds for the lane (`LaneTimeout`); re-entrant
-    (a lane holder may run tickets of the same instance inside)."""
-    if connection.vendor != "postgresql":
-        with _LOCAL_LANES_GUARD:
-            lock = _LOCAL_LANES.setdefault(instance_id, threading.RLock())
-        if not lock.acquire(timeout=max(wait, 0.0)):
-            raise LaneTimeout(f"the write lane of {instance_id} stayed taken for {wait:g} s")
-        try:
-            with transaction.atomic():
-                yield
-        finally:
-            lock.release()
-        return
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            # Waiters queue in PostgreSQL, first come first served, spending nothing meanwhile;
-            # the bound (the transaction's lock_timeout) is set before the lock is asked for.
-            try:
-                cursor.execute(
-                    "SELECT set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s, %s)",
-                    [f"{max(int(wait * 1000), 1)}ms", _LANE_WRITING, lane_lock_key(instance_id)],
-                )
-            except OperationalError as exc:
-                if getattr(exc.__cause__, "sqlstate", "") != "55P03":  # lock_not_available
-                    raise
-                raise LaneTimeout(
-                    f"the write lane of {instance_id} stayed taken for {wait:g} s"
-                ) from exc
-        yield
 
 
 # The instance's unfinished tickets, oldest first: on every sync updateData's path, so plain SQL
@@ -208,8 +142,12 @@ def lane_take(job_id: int) -> Job | None:
         lease_until=now + _lease(),
         updated_at=now,
     )
-    if not taken:
-        return None
+    return _with_claim_token(job_id) if taken else None
+
+
+def _with_claim_token(job_id: int) -> Job:
+    # The claim's token names the attempt it set: only the claim that set this attempt number
+    # owns the job now (fencing).
     job = Job.objects.get(pk=job_id)
     token = f"job:{job.pk}:{job.attempts}"
     Job.objects.filter(pk=job.pk, attempts=job.attempts).update(lease_owner=token)
@@ -235,25 +173,6 @@ def lane_dispatch_next(instance_id: uuid.UUID) -> None:
         transaction.on_commit(lambda: jobs_dispatch([following]))
 
 
-def jobs_dispatch(jobs: Iterable[tuple[int, datetime]]) -> None:
-    """Hand committed jobs to the runner: Celery messages (with an ETA for future ones) or the
-    embedded runner's wake-up. A lost message is harmless: the due-jobs sweep finds the row."""
-    jobs = list(jobs)
-    if not jobs:
-        return
-    if dispatch_mode() == "celery":
-        now = timezone.now()
-        for job_id, run_at in jobs:
-            try:
-                eta = run_at if run_at > now else None
-                celery_app.send_task(JOB_RUN_TASK, args=(job_id,), eta=eta)
-            except Exception:  # the broker is down: the sweep will dispatch it
-                logger.warning("could not send job %s to the broker", job_id, exc_info=True)
-    else:
-        for wake in _wakers:
-            wake()
-
-
 def jobs_reschedule(*, instance_id: uuid.UUID, kind: JobKind, run_at: datetime) -> list[int]:
     """Move the instance's pending jobs of `kind` to `run_at`, in the caller's transaction, and
     hand them to the runner again once it commits (a message sent for the old time finds the
@@ -271,14 +190,6 @@ def jobs_reschedule(*, instance_id: uuid.UUID, kind: JobKind, run_at: datetime) 
     )
     transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at) for job_id in ids]))
     return ids
-
-
-def dispatch_mode() -> str:
-    """`celery` with a configured broker, else `embedded` (the in-process runner)."""
-    mode = vnext_setting("JOB_DISPATCH")
-    if mode:
-        return str(mode)
-    return "celery" if settings.CELERY_BROKER_URL != "memory://" else "embedded"
 
 
 # --- claim, run, complete ------------------------------------------------------------------------
@@ -641,14 +552,7 @@ class PortableJobSql:
             lease_until=now + _lease(),
             updated_at=now,
         )
-        if not claimed:
-            return None
-        job = Job.objects.get(pk=job_id)
-        token = f"job:{job.pk}:{job.attempts}"
-        # Fencing: only the claim that set this attempt number owns the job now.
-        Job.objects.filter(pk=job.pk, attempts=job.attempts).update(lease_owner=token)
-        job.lease_owner = token
-        return job
+        return _with_claim_token(job_id) if claimed else None
 
     def claim_due(self, now: datetime, limit: int) -> list[Job]:
         """One claim per due job."""
@@ -754,3 +658,143 @@ def long_poll_fallback_cancel(*, instance_id: uuid.UUID, token: str) -> int:
         status=JobStatus.PENDING,
         payload__token=token,
     ).update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+
+
+# --- the job rows of the store's hop, the events, the archive and the operators' pages ----------
+# The import contract lets only this module import the job table; the store's pieces run inside
+# the store's own transaction.
+
+
+def jobs_create(*, instance_id: uuid.UUID, jobs: Sequence[JobRow]) -> None:
+    """Insert a hop's jobs (one INSERT); handed to the runner once (if) the caller commits."""
+    created = Job.objects.bulk_create(Job(instance_id=instance_id, **vars(job)) for job in jobs)
+    due = [(job.pk, job.run_at) for job in created]
+    transaction.on_commit(lambda: jobs_dispatch(due))
+
+
+def jobs_timers_cancel(*, instance_id: uuid.UUID, states: Collection[str] | None = None) -> None:
+    """Cancel the instance's pending timers and timeout, or (`states`) those states' timers."""
+    timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
+    if states is None:
+        timers = timers.filter(kind__in=(JobKind.TIMER, JobKind.TIMEOUT))
+    else:
+        timers = timers.filter(kind=JobKind.TIMER, state__in=states)
+    timers.update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+
+
+# For the store's raw statements on PostgreSQL, which write or read job rows in the same
+# statement as the instance row. The insert of an accepted request's transition job, from the
+# row a `reserved` CTE returns (its `id`; parameters `kind`, `payload`, `now`):
+RESERVED_JOB_INSERT_SQL = f"""
+INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, status, attempts,
+                                  lease_owner, last_error, created_at, updated_at)
+SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(now)s, %(now)s
+FROM reserved
+RETURNING id, run_at
+"""
+# The ids of the write lane's unfinished tickets of the instance aliased `i`, oldest first.
+LANE_TICKET_IDS_SQL = (
+    f"ARRAY(SELECT j.id FROM {Job._meta.db_table} j "
+    f"WHERE j.instance_id = i.id AND j.kind = '{JobKind.UPDATE_DATA}' "
+    f"AND j.status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}') ORDER BY j.id)"
+)
+
+
+def job_event_receipt_create(*, dedupe_key: str, payload: dict[str, Any]) -> None:
+    """Insert an event's receipt in a savepoint (`IntegrityError`: its `dedupe_key` is taken)."""
+    with transaction.atomic():
+        Job.objects.create(
+            kind=JobKind.EVENT_RECEIPT,
+            instance_id=None,
+            status=JobStatus.SUCCEEDED,
+            dedupe_key=dedupe_key,
+            payload=payload,
+        )
+
+
+def job_claimed_payload_update(*, job: Job, payload: dict[str, Any]) -> bool:
+    """Replace the job's payload, only while this claim still holds it (False otherwise)."""
+    claimed = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner)
+    return bool(claimed.update(payload=payload, updated_at=timezone.now()))
+
+
+def job_timeout_due_get(*, instance_id: uuid.UUID) -> datetime | None:
+    """When the instance's pending timeout is due, or None."""
+    return (
+        Job.objects.filter(instance_id=instance_id, kind=JobKind.TIMEOUT, status=JobStatus.PENDING)
+        .values_list("run_at", flat=True)
+        .first()
+    )
+
+
+def jobs_timers_list(*, instance_id: uuid.UUID) -> list[Job]:
+    """The instance's pending timers, soonest first."""
+    timers = Job.objects.filter(
+        instance_id=instance_id, kind=JobKind.TIMER, status=JobStatus.PENDING
+    )
+    return list(timers.order_by("run_at"))
+
+
+def jobs_live_list(*, instance_id: Any) -> QuerySet[Job]:
+    """The instance's pending and running jobs (`instance_id` may be an `OuterRef`)."""
+    return Job.objects.filter(instance_id=instance_id, status__in=_LIVE_JOBS)
+
+
+def jobs_of_instance_list(
+    *, instance_id: uuid.UUID, statuses: Sequence[str], limit: int
+) -> list[Job]:
+    """The instance's jobs in `statuses`, soonest due first, at most `limit`."""
+    found = Job.objects.filter(instance_id=instance_id, status__in=statuses).order_by("run_at")
+    return list(found[:limit])
+
+
+def jobs_list(
+    *,
+    ids: Sequence[int] = (),
+    instance_id: str | None = None,
+    kind: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[Job]:
+    """The jobs of these ids, instance, kind, status, created in [since, until), oldest first."""
+    wanted: dict[str, Any] = {"pk__in": ids, "instance_id": instance_id, "kind": kind}
+    wanted.update(status=status, created_at__gte=since, created_at__lt=until)
+    jobs = Job.objects.all()
+    for lookup, value in wanted.items():  # one filter each, in this order (the WHERE's order)
+        jobs = jobs.filter(**{lookup: value}) if value else jobs
+    return jobs.order_by("created_at", "pk")
+
+
+def jobs_tally_list(
+    *, statuses: Sequence[str], by: Sequence[str], oldest: bool = False
+) -> list[tuple[Any, ...]]:
+    """Rows `(*by, count[, oldest run_at])`: the jobs in `statuses` counted per `by` columns."""
+    figures: dict[str, Any] = {"n": Count("id")}
+    if oldest:
+        figures["oldest"] = Min("run_at")
+    rows = Job.objects.filter(status__in=statuses).values_list(*by).annotate(**figures)
+    return list(rows.order_by(*by))
+
+
+def jobs_count(*, status: str) -> int:
+    """How many jobs have `status`."""
+    return Job.objects.filter(status=status).count()
+
+
+# The archive: an archived instance's job rows leave with it and come back on restore.
+def jobs_archived_list(*, instance_ids: list[Any]) -> list[dict[str, Any]]:
+    """Every job row of the instances, as column values, in id order."""
+    found = Job.objects.filter(instance_id__in=instance_ids).order_by("pk").values()
+    return [dict(row) for row in found]
+
+
+def jobs_archived_delete(*, instance_ids: list[Any]) -> None:
+    """Delete every job row of the instances in one raw DELETE (nothing refers to a job row)."""
+    jobs = Job.objects.filter(instance_id__in=instance_ids)
+    jobs._raw_delete(jobs.db)
+
+
+def jobs_restore(*, jobs: list[Job]) -> None:
+    """Insert restored job rows as they were archived (their ids and statuses kept)."""
+    Job.objects.bulk_create(jobs)

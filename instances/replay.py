@@ -16,7 +16,7 @@ from instances.queue import job_requeue
 from instances.status import InstanceStatus, JobKind, JobStatus
 
 if TYPE_CHECKING:
-    from instances.models import Job
+    from instances.job_table import Job
 
 logger = logging.getLogger("vnext.jobs")
 _store = OrmStore()

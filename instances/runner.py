@@ -16,6 +16,7 @@ from django.db import connections
 from django.utils import timezone
 
 from instances.counts import instance_counts_fold
+from instances.job_dispatch import register_waker
 from instances.job_handlers import job_execute
 from instances.queue import (
     jobs_claim_due,
@@ -23,14 +24,13 @@ from instances.queue import (
     jobs_fail_expired_leases,
     jobs_next_run_at,
     jobs_prune_finished,
-    register_waker,
 )
 from instances.reaper import instances_reap_stranded_busy
 from locks.services import locks_sweep_expired
 from vnext.conf import vnext_setting
 
 if TYPE_CHECKING:
-    from instances.models import Job
+    from instances.job_table import Job
 
 logger = logging.getLogger("vnext.runner")
 

@@ -30,18 +30,22 @@ from instances.engine.records import (
     new_etag,
 )
 from instances.engine.telemetry import with_request_id
+from instances.job_dispatch import jobs_dispatch
 from instances.models import (
     Instance,
     InstanceTask,
     InstanceTransition,
-    Job,
 )
-from instances.queue import job_enqueue, jobs_dispatch, lane_waiting
+from instances.queue import (
+    LANE_TICKET_IDS_SQL,
+    RESERVED_JOB_INSERT_SQL,
+    job_enqueue,
+    lane_waiting,
+)
 from instances.snapshots import SELECT_COLUMNS, newest_instance, opened, raw_snapshot, snapshot_of
 from instances.status import (
     InstanceStatus,
     JobKind,
-    JobStatus,
 )
 
 _TRANSITION_UPDATE_FIELDS = [
@@ -174,9 +178,7 @@ class PostgresSql(PortableSql):
         """One SELECT: the instance and its write lane's unfinished tickets, oldest first."""
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {SELECT_COLUMNS}, ARRAY(SELECT j.id FROM {Job._meta.db_table} j "
-                f"WHERE j.instance_id = i.id AND j.kind = '{JobKind.UPDATE_DATA}' "
-                f"AND j.status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}') ORDER BY j.id) "
+                f"SELECT {SELECT_COLUMNS}, {LANE_TICKET_IDS_SQL} "
                 "FROM instances_instance i WHERE i.id = %s",
                 [instance_id],
             )
@@ -425,13 +427,7 @@ WITH reserved AS (
     SET status = 'B', busy_owner = %(reservation)s, busy_since = %(now)s, etag = %(etag)s
     WHERE id = %(id)s AND status = ANY(%(statuses)s)
     RETURNING id
-)
-INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, status, attempts,
-                                  lease_owner, last_error, created_at, updated_at)
-SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(now)s, %(now)s
-FROM reserved
-RETURNING id, run_at
-"""
+){RESERVED_JOB_INSERT_SQL}"""
 
 
 def busy_take(instance_id: uuid.UUID, *, statuses: Sequence[str], owner: str) -> bool:

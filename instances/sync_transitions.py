@@ -1,6 +1,6 @@
 """A sync transition, and a sync answer waiting for its instance to settle. An updateData goes
-through its instance's write lane (seed 000's per-instance write funnel, `queue.lane_held`): it
-applies the async tickets accepted before it, then itself, inside the lane, and the automatic
+through its instance's write lane (seed 000's per-instance write funnel, `lane_lock.lane_held`):
+it applies the async tickets accepted before it, then itself, inside the lane, and the automatic
 chain it makes possible runs after the lane is free; any other transition runs at once."""
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from instances.engine.errors import VNextError
 from instances.engine.outcomes import PipelineFault
 from instances.engine.records import InstanceSnapshot
 from instances.job_handlers import job_execute, job_run
+from instances.lane_lock import LaneTimeout, lane_held
 from instances.orm_store import OrmStore
 from instances.queue import (
-    LaneTimeout,
     job_boundary_retry_get,
     job_running_exists,
     jobs_pending_list,
     lane_dispatch_next,
-    lane_held,
     lane_take,
 )
 from instances.services import (

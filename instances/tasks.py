@@ -7,8 +7,9 @@ from celery import shared_task
 
 from instances.archive import instances_archive
 from instances.counts import instance_counts_fold
+from instances.job_dispatch import JOB_RUN_TASK
 from instances.job_handlers import job_run
-from instances.queue import JOB_RUN_TASK, jobs_dispatch_due, jobs_prune_finished
+from instances.queue import jobs_dispatch_due, jobs_prune_finished
 from instances.reaper import instances_reap_stranded_busy
 from locks.services import locks_sweep_expired
 from vnext.conf import vnext_setting

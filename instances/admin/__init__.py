@@ -15,8 +15,9 @@ import json
 import uuid
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
@@ -34,7 +35,6 @@ from instances.models import (
     Correlation,
     Incident,
     Instance,
-    Job,
     OperatorAction,
 )
 from instances.operations import (
@@ -52,6 +52,9 @@ from vnext.admin_site import broker_configured
 from vnext.conf import vnext_setting
 from workflows.documents import ComponentKind
 from workflows.models import Component
+
+if TYPE_CHECKING:
+    from instances.job_table import Job
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -623,7 +626,12 @@ class PermittedActionsMixin:
         return response
 
 
-@admin.register(Job)
+# Only `instances.queue` imports the job model (the import contract): its page takes the class
+# from the app registry.
+_JOB_MODEL = apps.get_model("instances", "Job")
+
+
+@admin.register(_JOB_MODEL)
 class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     """The durable job queue; operators replay jobs through the same service as `jobs_replay`."""
 
@@ -631,7 +639,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     list_filter = ["kind", "status", "run_at"]
     search_fields = ["instance__id", "dedupe_key"]
     readonly_fields = [
-        *(f.name for f in Job._meta.fields if f.name != "payload"),
+        *(f.name for f in _JOB_MODEL._meta.fields if f.name != "payload"),
         "pretty_payload",
     ]
     fields = tuple(readonly_fields)

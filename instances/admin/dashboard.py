@@ -9,13 +9,14 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 
 from instances.counts import instance_counts
-from instances.models import Incident, Instance, Job
+from instances.models import Incident, Instance
+from instances.queue import jobs_count, jobs_tally_list
 from instances.status import InstanceStatus, JobStatus, choices
 from vnext.conf import vnext_setting
 
@@ -61,16 +62,15 @@ def dashboard() -> dict[str, list[Figure]]:
             _jobs(status__exact=JobStatus.PENDING, kind__exact=kind),
             f"oldest due {timesince(oldest, now)} ago" if oldest and oldest <= now else "",
         )
-        for kind, n, oldest in Job.objects.filter(status=JobStatus.PENDING)
-        .values_list("kind")
-        .annotate(n=Count("id"), oldest=Min("run_at"))
-        .order_by("kind")
+        for kind, n, oldest in jobs_tally_list(
+            statuses=[JobStatus.PENDING], by=["kind"], oldest=True
+        )
     ]
     lease = timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
     attention = [
         Figure(
             "failed jobs",
-            Job.objects.filter(status=JobStatus.FAILED).count(),
+            jobs_count(status=JobStatus.FAILED),
             _jobs(status__exact=JobStatus.FAILED),
         ),
         Figure(

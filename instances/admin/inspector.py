@@ -19,8 +19,8 @@ from instances.models import (
     InstanceDataVersion,
     InstanceTask,
     InstanceTransition,
-    Job,
 )
+from instances.queue import jobs_of_instance_list
 from instances.status import JobStatus, Trigger, choices
 from instances.wiring import engine
 from locks.models import ResourceLock
@@ -257,7 +257,7 @@ def _task_name(key: str) -> SafeString | str:
 def jobs_panel(instance: Instance) -> SafeString | str:
     """The instance's pending, running and failed jobs, each linking to the job."""
     live = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED)
-    jobs = list(Job.objects.filter(instance=instance, status__in=live).order_by("run_at")[:100])
+    jobs = jobs_of_instance_list(instance_id=instance.pk, statuses=live, limit=100)
     if not jobs:
         return "none waiting, running or failed"
     rows = format_html_join(

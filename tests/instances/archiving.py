@@ -10,7 +10,8 @@ from typing import Any
 from django.utils import timezone
 
 from instances.instance_rows import TABLES
-from instances.models import Incident, Instance, Job, OperatorAction
+from instances.job_table import Job
+from instances.models import Incident, Instance, OperatorAction
 from tests.instances.workflows import ping_pong, publish
 
 FLOW = "kept-30"

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from instances.models import Job
+from instances.job_table import Job
 from tests.conftest import EXAMPLES_DIR
 from workflows.models import Component
 

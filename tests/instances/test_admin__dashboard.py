@@ -12,7 +12,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from tests.instances.operator_fixtures import faulted_instance, publish_workflows, viewer
 
 pytestmark = pytest.mark.django_db

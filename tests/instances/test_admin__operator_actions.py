@@ -13,7 +13,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from instances.models import Incident, Instance, Job, OperatorAction
+from instances.job_table import Job
+from instances.models import Incident, Instance, OperatorAction
 from locks.models import ResourceLock
 from tests.instances.operator_fixtures import (
     faulted_instance,

@@ -14,7 +14,8 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from instances.models import Instance, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Instance, InstanceTransition
 from tests.engine.builders import script, state, task_ref, transition, workflow
 from tests.instances.http_server import http_server
 from tests.instances.workflows import CANCEL, http_ref, http_task, publish

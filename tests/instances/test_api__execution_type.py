@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from tests.engine.builders import state, transition, workflow
 from tests.instances.workflows import publish
 

@@ -20,7 +20,8 @@ from instances.archive import (
     instances_archive,
     manifest_of,
 )
-from instances.models import ArchivedInstance, Correlation, Instance, Job
+from instances.job_table import Job
+from instances.models import ArchivedInstance, Correlation, Instance
 from tests.conftest import DictResolver
 from tests.instances.archiving import BASE, FLOW, completed, publish_retained, rows_of
 from workflows.validation import validate_component

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Incident, Instance, InstanceTask, Job
+from instances.job_table import Job
+from instances.models import Incident, Instance, InstanceTask
 from tests.engine.builders import state, transition, workflow
 from tests.instances.http_server import http_server
 from tests.instances.scenario_api import make_due

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Incident, Instance, InstanceTask, Job
+from instances.job_table import Job
+from instances.models import Incident, Instance, InstanceTask
 from instances.reaper import instances_reap_stranded_busy
 from tests.engine.builders import script, state, transition, workflow
 from tests.instances.eb_lab_stub import eb_lab_stub

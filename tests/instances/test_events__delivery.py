@@ -19,7 +19,8 @@ from rest_framework.test import APIClient
 
 from instances.events import event_transition_admit
 from instances.job_handlers import job_execute, job_run, jobs_run_due
-from instances.models import Instance, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Instance, InstanceTransition
 from instances.queue import job_claim, jobs_claim_due
 from instances.replay import job_replay
 from instances.status import JobKind, JobStatus

@@ -13,7 +13,8 @@ import pytest
 from django.utils import timezone
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Incident, Instance, Job
+from instances.job_table import Job
+from instances.models import Incident, Instance
 from instances.reaper import instances_reap_stranded_busy
 from instances.replay import job_replay
 from locks.models import ResourceLock

@@ -17,7 +17,8 @@ from rest_framework.test import APIClient
 
 from instances.field_encryption import SEALED_REQUEST
 from instances.job_handlers import jobs_run_due
-from instances.models import Instance, InstanceDataVersion, InstanceTask, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Instance, InstanceDataVersion, InstanceTask, InstanceTransition
 from tests.engine.builders import script, state, task_component, task_ref, transition, workflow
 from tests.instances.workflows import UPDATE_DATA, publish
 from workflows.models import WorkflowGrant

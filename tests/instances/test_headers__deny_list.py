@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from instances.engine.script_runner import HeaderDenyList
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from tests.engine.builders import script, state, transition, workflow
 from tests.instances.workflows import ping_pong, publish
 

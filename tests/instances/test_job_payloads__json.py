@@ -24,7 +24,8 @@ from instances.job_payloads import (
     TransitionJob,
     transition_job_of,
 )
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from tests.instances.workflows import ping_pong, publish
 
 # Payloads as the writers stored them before the records existed (one per job kind and shape).

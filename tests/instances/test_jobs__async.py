@@ -12,7 +12,8 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from instances.job_handlers import job_run, jobs_run_due
-from instances.models import Incident, Instance, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Incident, Instance, InstanceTransition
 from instances.queue import job_claim, job_complete, jobs_prune_finished
 from instances.reaper import instances_reap_stranded_busy
 from tests.engine.builders import script, state, transition, workflow

@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Job
+from instances.job_table import Job
 from instances.queue import (
     job_claim,
     job_complete,

@@ -12,7 +12,8 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from instances.job_handlers import SWEEP_SECONDS, job_run
-from instances.models import Instance, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Instance, InstanceTransition
 from instances.queue import job_claim
 from tests.instances.test_jobs__async import TIMERS, timers_workflow
 from tests.instances.workflows import publish

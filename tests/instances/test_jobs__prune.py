@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from instances.models import Job
+from instances.job_table import Job
 from instances.queue import jobs_prune_finished
 
 pytestmark = pytest.mark.postgres

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from tests.engine.builders import state, task_ref, transition, workflow
 from tests.instances.scenario_api import WorkflowApi, make_due
 from tests.instances.workflows import publish

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Job
+from instances.job_table import Job
 from instances.notifications import signature
 from tests.engine.builders import script, state, transition, workflow
 from tests.instances.scenario_api import make_due

@@ -23,7 +23,8 @@ from rest_framework.test import APIClient
 
 from instances.api.longpoll import StateLongPoll, get_scope
 from instances.job_handlers import jobs_run_due
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from tests.instances.scenario_api import WorkflowApi, import_examples, make_due
 from workflows.models import WorkflowGrant
 

@@ -14,7 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Correlation, Instance, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Correlation, Instance, InstanceTransition
 from instances.reaper import instances_reap_stranded_busy
 from tests.instances.scenario_api import WorkflowApi, import_examples, scheduled
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from instances.models import Incident, Instance, Job
+from instances.job_table import Job
+from instances.models import Incident, Instance
 from instances.wiring import engine
 from tests.instances.eb_lab_stub import EbLabStub, eb_lab_stub
 from tests.instances.scenario_api import WorkflowApi, import_examples

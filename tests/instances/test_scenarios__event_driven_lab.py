@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Instance, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Instance, InstanceTransition
 from tests.instances.scenario_api import WorkflowApi, import_examples
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,8 @@ import pytest
 from django.utils import timezone
 
 from instances.job_handlers import job_run, jobs_run_due
-from instances.models import Instance, InstanceTask, Job
+from instances.job_table import Job
+from instances.models import Instance, InstanceTask
 from instances.status import JobStatus
 from tests.instances.scenario_api import (
     TRIGGER,

@@ -16,7 +16,8 @@ import pytest
 from django.utils import timezone
 
 from instances.job_handlers import job_run, jobs_run_due
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from instances.status import JobStatus
 from tests.instances.scenario_api import FULL, api_fixture, at, make_due, timers
 

@@ -13,7 +13,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Correlation, Instance, Job
+from instances.job_table import Job
+from instances.models import Correlation, Instance
 from tests.instances.scenario_api import WorkflowApi, import_examples
 
 pytestmark = [

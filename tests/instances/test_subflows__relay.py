@@ -11,7 +11,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from tests.conftest import UserFactory, migration_group
 from tests.instances.scenario_api import WorkflowApi, import_examples
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from instances.job_handlers import jobs_run_due
-from instances.models import InstanceTask, Job
+from instances.job_table import Job
+from instances.models import InstanceTask
 from instances.notifications import signature
 from instances.status import JobKind
 from tests.engine.builders import script, state, task_component, transition, workflow

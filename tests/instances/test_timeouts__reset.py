@@ -20,7 +20,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Instance, Job
+from instances.job_table import Job
+from instances.models import Instance
 from instances.queue import job_claim
 from instances.status import JobStatus
 from tests.engine.builders import script, state, transition, workflow

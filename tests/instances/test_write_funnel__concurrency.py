@@ -18,8 +18,9 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from instances.job_handlers import job_run, jobs_run_due
-from instances.models import Instance, InstanceDataVersion, InstanceTransition, Job
-from instances.queue import lane_lock_key
+from instances.job_table import Job
+from instances.lane_lock import lane_lock_key
+from instances.models import Instance, InstanceDataVersion, InstanceTransition
 from tests.engine.builders import script, state, task_ref, transition, workflow
 from tests.instances.http_server import http_server
 from tests.instances.test_admission__concurrency import race

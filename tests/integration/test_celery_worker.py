@@ -25,13 +25,13 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from instances.api.longpoll import StateLongPoll, get_scope
+from instances.job_table import Job
 from instances.models import (
     Correlation,
     Instance,
     InstanceDataVersion,
     InstanceTask,
     InstanceTransition,
-    Job,
 )
 from instances.queue import jobs_dispatch_due
 from instances.tasks import job_run_task

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from instances.models import Instance, InstanceDataVersion, InstanceTransition, Job
+from instances.job_table import Job
+from instances.models import Instance, InstanceDataVersion, InstanceTransition
 from instances.queue import jobs_dispatch_due
 from tests.instances.test_write_funnel__concurrency import started, tally
 from tests.instances.workflows import publish

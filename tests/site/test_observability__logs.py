@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from instances.job_handlers import jobs_run_due
-from instances.models import Job
+from instances.job_table import Job
 from tests.instances.operator_fixtures import DIVIDE
 from tests.instances.test_retry__api import BASE, repairable, started
 from tests.instances.workflows import publish

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
-from instances.models import Job
+from instances.queue import jobs_list
 from instances.status import JobKind, JobStatus
+
+if TYPE_CHECKING:
+    from instances.job_table import Job
 
 
 def add_filters(parser: CommandParser) -> None:
@@ -31,17 +34,11 @@ def _moment(value: str, name: str) -> Any:
 
 def selected_jobs(options: dict[str, Any]) -> QuerySet[Job]:
     """The jobs the options select, oldest first."""
-    jobs = Job.objects.all()
-    if options.get("ids"):
-        jobs = jobs.filter(pk__in=options["ids"])
-    if options.get("instance"):
-        jobs = jobs.filter(instance_id=options["instance"])
-    if options.get("kind"):
-        jobs = jobs.filter(kind=options["kind"])
-    if options.get("status"):
-        jobs = jobs.filter(status=options["status"])
-    if options.get("since"):
-        jobs = jobs.filter(created_at__gte=_moment(options["since"], "since"))
-    if options.get("until"):
-        jobs = jobs.filter(created_at__lt=_moment(options["until"], "until"))
-    return jobs.order_by("created_at", "pk")
+    return jobs_list(
+        ids=options.get("ids") or (),
+        instance_id=options.get("instance"),
+        kind=options.get("kind"),
+        status=options.get("status"),
+        since=_moment(options["since"], "since") if options.get("since") else None,
+        until=_moment(options["until"], "until") if options.get("until") else None,
+    )

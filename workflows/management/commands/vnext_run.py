@@ -23,7 +23,7 @@ from django.db import connections
 from rest_framework.authtoken.models import Token
 
 from instances.engine.script_pool import script_pool
-from instances.queue import dispatch_mode
+from instances.job_dispatch import dispatch_mode
 from instances.runner import start_embedded_runner, stop_embedded_runner
 from vnext.conf import vnext_setting
 
