@@ -50,9 +50,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from bench.database import bench_database_url, libpq_url
-from bench.order_workflow import DOMAIN, ORDER, order_document
 from bench.summary import record
 from bench.timing import percentile
+from bench.transition_workflows import DOMAIN, ORDER, order_document
 from instances.models import Instance
 from instances.services import RequestInfo, instance_start, instance_transition
 from workflows.models import Component
