@@ -1,10 +1,10 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
 The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz`, `fanout`,
-`admin`, `observability` and `funnel` suites need PostgreSQL: before Django is set up,
-`DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`, created when missing;
-`BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the test database. The
-other suites use no database.
+`admin`, `observability`, `funnel`, `crossings` and `order` suites need PostgreSQL: before Django
+is set up, `DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`, created when
+missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the test database.
+The other suites use no database.
 
 `python -m bench soak [options]` is the fault-injection soak (bench/soak.py), never part of the
 default list: it runs the production topology with Celery for many minutes in `vnext_soak`.
@@ -34,6 +34,7 @@ SUITES = (
     "observability",
     "funnel",
     "crossings",
+    "order",
 )
 # Every suite but these needs PostgreSQL.
 DATABASE_SUITES = set(SUITES) - {"scripts", "validation"}
@@ -84,6 +85,7 @@ def main(argv: list[str]) -> None:
         bench_locks,
         bench_longpoll,
         bench_observability,
+        bench_order,
         bench_scripts,
         bench_serving,
         bench_subflows,
@@ -106,6 +108,7 @@ def main(argv: list[str]) -> None:
         "observability": bench_observability.main,
         "funnel": bench_funnel.main,
         "crossings": bench_crossings.main,
+        "order": bench_order.main,
     }
     from bench.summary import print_summary
 

@@ -1,4 +1,5 @@
-"""The bench workflows: a two-state ping-pong, without tasks and with one script task.
+"""The bench workflows: a two-state ping-pong, without tasks and with one script task, and the
+`order` suite's three-state workflow (`order_document`, published by that suite only).
 
 Domain `bench`; `ping` (Initial) and `pong` (Intermediate); manual transitions `to-pong`
 (ping -> pong) and `to-ping` (pong -> ping); `versionStrategy` "None" everywhere, no schema, no
@@ -17,6 +18,7 @@ DOMAIN = "bench"
 VERSION = "1.0.0"
 NO_TASK = "bench-ping-pong"
 WITH_TASK = "bench-ping-pong-task"
+ORDER = "bench-order"
 TASK_KEY = "bench-noop-script"
 
 NOOP_MAPPING = '''"""Bench mapping: does nothing; the task measures the Busy path, not a script."""
@@ -80,9 +82,7 @@ def _state(key: str, state_type: int, transitions: list[dict[str, Any]]) -> dict
     }
 
 
-def workflow_document(*, with_task: bool) -> dict[str, Any]:
-    """The ping-pong workflow; `with_task` adds the script task to both manual transitions."""
-    key = WITH_TASK if with_task else NO_TASK
+def _workflow(key: str, label: str, initial: str, states: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "key": key,
         "flow": "sys-flows",
@@ -92,25 +92,50 @@ def workflow_document(*, with_task: bool) -> dict[str, Any]:
         "tags": ["bench"],
         "attributes": {
             "type": "F",
-            "labels": _labels(f"Bench ping-pong{' (script task)' if with_task else ''}"),
+            "labels": _labels(label),
             "functions": [],
             "features": [],
             "extensions": [],
             "sharedTransitions": [],
             "startTransition": {
                 "key": "start",
-                "target": "ping",
+                "target": initial,
                 "triggerType": 0,
                 "versionStrategy": "None",
                 "labels": _labels("Start"),
                 "onExecutionTasks": [],
             },
-            "states": [
-                _state("ping", 1, [_transition("to-pong", "pong", with_task)]),
-                _state("pong", 2, [_transition("to-ping", "ping", with_task)]),
-            ],
+            "states": states,
         },
     }
+
+
+def workflow_document(*, with_task: bool) -> dict[str, Any]:
+    """The ping-pong workflow; `with_task` adds the script task to both manual transitions."""
+    return _workflow(
+        WITH_TASK if with_task else NO_TASK,
+        f"Bench ping-pong{' (script task)' if with_task else ''}",
+        "ping",
+        [
+            _state("ping", 1, [_transition("to-pong", "pong", with_task)]),
+            _state("pong", 2, [_transition("to-ping", "ping", with_task)]),
+        ],
+    )
+
+
+def order_document() -> dict[str, Any]:
+    """The `order` suite's workflow: `draft` -submit-> `submitted` -approve-> `approved`
+    (Final), no tasks: the engine merges each request's attributes into the data itself."""
+    return _workflow(
+        ORDER,
+        "Bench order",
+        "draft",
+        [
+            _state("draft", 1, [_transition("submit", "submitted", False)]),
+            _state("submitted", 2, [_transition("approve", "approved", False)]),
+            _state("approved", 3, []),
+        ],
+    )
 
 
 TASK_DOCUMENT: dict[str, Any] = {
