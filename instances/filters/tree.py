@@ -33,7 +33,6 @@ OPERATORS = (
 # Other spellings clients send: `isNull` (any case is accepted) and `match`, an alias of `like`.
 _OPERATOR_ALIASES = {"match": "like"}
 _TEXT_OPERATORS = frozenset({"eq", "ne", "like", "startswith", "endswith", "in", "nin"})
-_ORDERED_OPERATORS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "in", "nin"})
 _DATE_OPERATORS = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "between"})
 LIST_OPERATORS = frozenset({"in", "nin", "between"})
 TEXT_MATCH_OPERATORS = frozenset({"like", "startswith", "endswith"})
