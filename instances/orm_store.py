@@ -25,7 +25,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from instances.changes import instance_changed
-from instances.engine.ports import BusinessKeyTaken, DataChanged, StoreRefused, describe_taker
+from instances.engine.ports import (
+    BusinessKeyTaken,
+    DataChanged,
+    DefinitionSuperseded,
+    StoreRefused,
+    describe_taker,
+)
 from instances.engine.records import (
     ChildrenEnd,
     ChildStart,
@@ -52,6 +58,7 @@ from instances.models import (
     InstanceTransition,
 )
 from instances.queue import job_enqueue, jobs_create, jobs_reschedule, jobs_timers_cancel
+from instances.registry import COMPONENTS
 from instances.snapshots import INSTANCE_FIELDS, protection_for, snapshot_of, stored_data
 from instances.status import (
     CorrelationStatus,
@@ -294,7 +301,7 @@ class OrmStore:
         if protection is not None:
             writes = sealed_writes(snapshot, writes, protection)
         try:
-            if guard.kind is not GuardKind.INSERT and sql.flushes_in_one(writes):
+            if sql.flushes_in_one(writes):
                 if not connection.in_atomic_block:
                     committed = sql.flush_in_one(snapshot, writes, guard)[0]
                 else:
@@ -307,7 +314,7 @@ class OrmStore:
             with transaction.atomic():
                 if guard.kind is GuardKind.INSERT:
                     committed, data_changed = (
-                        self._insert(snapshot, writes),
+                        self._insert(snapshot, writes, guard),
                         bool(writes.data_patch),
                     )
                 else:
@@ -334,7 +341,14 @@ class OrmStore:
 
     # --- instance row -------------------------------------------------------------------------
 
-    def _insert(self, snapshot: InstanceSnapshot, writes: PendingWrites) -> InstanceSnapshot:
+    def _insert(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> InstanceSnapshot:
+        if guard.newest:
+            COMPONENTS.forget_newest(snapshot.domain, snapshot.workflow_key)
+            newest = COMPONENTS.workflow(snapshot.domain, snapshot.workflow_key, None)
+            if newest is not None and newest.version != snapshot.workflow_version:
+                raise DefinitionSuperseded(f"{snapshot.workflow_key} {snapshot.workflow_version}")
         now = timezone.now()
         values = {name: getattr(snapshot, name) for name in INSTANCE_FIELDS}
         values.update(writes.instance_fields)

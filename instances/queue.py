@@ -692,6 +692,16 @@ SELECT %(kind)s, id, '', %(payload)s::jsonb, %(now)s, 'pending', 0, '', '', %(no
 FROM reserved
 RETURNING id, run_at
 """
+# `jobs_timers_cancel` as a CTE part, for the instance an `updated` CTE returns: its pending
+# timers and timeout (`TIMERS_CANCEL_ALL_SQL`), or the timers of the states in `%(timer_states)s`.
+_TIMERS_CANCEL = (
+    f"UPDATE {Job._meta.db_table} SET status = '{JobStatus.CANCELLED}', updated_at = %(now)s "
+    f"WHERE instance_id IN (SELECT id FROM updated) AND status = '{JobStatus.PENDING}' AND "
+)
+TIMERS_CANCEL_ALL_SQL = f"{_TIMERS_CANCEL}kind IN ('{JobKind.TIMER}', '{JobKind.TIMEOUT}')"
+TIMERS_CANCEL_OF_STATES_SQL = (
+    f"{_TIMERS_CANCEL}kind = '{JobKind.TIMER}' AND state = ANY(%(timer_states)s)"
+)
 # The ids of the write lane's unfinished tickets of the instance aliased `i`, oldest first.
 LANE_TICKET_IDS_SQL = (
     f"ARRAY(SELECT j.id FROM {Job._meta.db_table} j "

@@ -28,7 +28,7 @@ from instances.engine.outcomes import (
 )
 from instances.engine.overrides import NO_OVERRIDES
 from instances.engine.payload import Payload, split_payload, validate_attributes
-from instances.engine.ports import BusinessKeyTaken
+from instances.engine.ports import BusinessKeyTaken, DefinitionSuperseded
 from instances.engine.records import (
     LONG_POLL_OWNER_PREFIX,
     Guard,
@@ -135,7 +135,36 @@ def instance_start(
     """Start an instance; with a business key a live instance already has, return that one.
 
     `sync=False` (`?sync=false`): validate, then in one transaction insert the instance (Busy,
-    reserved for its job) and the job that runs the start pipeline; answer right away."""
+    reserved for its job) and the job that runs the start pipeline; answer right away.
+
+    Without a `version` the start takes the newest this process knows; its INSERT checks no
+    newer one was published meanwhile, else the start runs again on the newer one."""
+    for _ in range(_SUPERSEDED_RETRIES):
+        try:
+            return _instance_start(
+                domain=domain, workflow=workflow, body=body, info=info, version=version, sync=sync
+            )
+        except DefinitionSuperseded:
+            continue  # the store forgot the superseded version: the next run looks it up
+    raise VNextError(
+        Codes.INSTANCE_BUSY, f"workflow {domain}/{workflow} was published again while starting"
+    )
+
+
+# A start on the newest version runs again when a newer one is published meanwhile: at most
+# this often (each publish is one more run; more than this in a start's lifetime is a storm).
+_SUPERSEDED_RETRIES = 3
+
+
+def _instance_start(
+    *,
+    domain: str,
+    workflow: str,
+    body: Any,
+    info: RequestInfo,
+    version: str | None,
+    sync: bool,
+) -> InstanceOutcome:
     definition = workflow_definition(domain, workflow, version)
     _check_transition_roles(definition, definition.start, "", None, info)
     payload = _checked_payload(definition, definition.start, body, info)
@@ -166,7 +195,11 @@ def instance_start(
             created = _store.create_reserved(snapshot, reservation, _job_json(definition, job))
             return InstanceOutcome(created, created=True)
         execution = engine().execute(
-            definition, snapshot, transition_request(definition.start, call), is_new=True
+            definition,
+            snapshot,
+            transition_request(definition.start, call),
+            is_new=True,
+            on_newest=version is None,
         )
     except BusinessKeyTaken:
         existing = _store.live_by_key(domain, workflow, str(payload.key))

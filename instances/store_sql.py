@@ -29,9 +29,11 @@ from instances.engine.records import (
     deep_merge,
     new_etag,
 )
+from instances.engine.ports import BusinessKeyTaken, DefinitionSuperseded
 from instances.engine.telemetry import with_request_id
 from instances.job_dispatch import jobs_dispatch
 from instances.models import (
+    Incident,
     Instance,
     InstanceTask,
     InstanceTransition,
@@ -39,14 +41,28 @@ from instances.models import (
 from instances.queue import (
     LANE_TICKET_IDS_SQL,
     RESERVED_JOB_INSERT_SQL,
+    TIMERS_CANCEL_ALL_SQL,
+    TIMERS_CANCEL_OF_STATES_SQL,
     job_enqueue,
     lane_waiting,
 )
-from instances.snapshots import SELECT_COLUMNS, newest_instance, opened, raw_snapshot, snapshot_of
+from instances.registry import COMPONENTS
+from instances.snapshots import (
+    INSTANCE_FIELDS,
+    SELECT_COLUMNS,
+    VERSION_COLUMNS,
+    newest_instance,
+    opened,
+    raw_snapshot,
+    snapshot_of,
+)
 from instances.status import (
     InstanceStatus,
     JobKind,
 )
+from locks.models import ResourceLock
+from workflows.documents import ComponentKind
+from workflows.models import Component
 
 _TRANSITION_UPDATE_FIELDS = [
     "to_state",
@@ -198,16 +214,13 @@ class PostgresSql(PortableSql):
         return self._committed(snapshot, writes, params, returned)
 
     def flushes_in_one(self, writes: PendingWrites) -> bool:
-        """True when `writes` touch only the instance row, its history rows, its task journal
-        and its data version: `flush_in_one` commits those in one statement."""
+        """True when `writes` touch only the instance row (inserted or updated) and rows keyed
+        by it alone: its history rows, task journal, data version, pending timers, resource
+        locks and open incidents; `flush_in_one` commits those in one statement."""
         return not (
             writes.incidents
             or writes.jobs
-            or writes.cancel_timers_of
-            or writes.cancel_all_timers
             or writes.reschedule_timeout is not None
-            or writes.release_locks
-            or writes.resolve_incidents is not None
             or writes.children
             or writes.parent_correlation_status is not None
             or writes.children_end is not None
@@ -216,11 +229,16 @@ class PostgresSql(PortableSql):
     def flush_in_one(
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> tuple[InstanceSnapshot, bool]:
-        """The guarded UPDATE, the history upsert and the data-version INSERT as one statement
-        (a CTE: the INSERTs read the UPDATE's row, so they write nothing when the guard fails).
-        In autocommit that is the whole transaction: one round trip, no BEGIN or COMMIT."""
-        update, params = self._update_statement(snapshot, writes, guard)
-        parts = [f"updated AS ({update})"]
+        """The guarded UPDATE (or the INSERT of a new instance), the history upsert, the
+        data-version INSERT and the instance's timers, locks and incidents as one statement (a
+        CTE: every other part reads the instance's row, so nothing is written when the guard
+        fails). In autocommit that is the whole transaction: one round trip, no BEGIN or COMMIT.
+        A refused INSERT raises `BusinessKeyTaken` or `DefinitionSuperseded`."""
+        if guard.kind is GuardKind.INSERT:
+            statement, params = self._insert_statement(snapshot, writes, guard)
+        else:
+            statement, params = self._update_statement(snapshot, writes, guard)
+        parts = [f"updated AS ({statement})"]
         rows = list(writes.transitions.values())
         if rows:
             selects = []
@@ -244,7 +262,7 @@ class PostgresSql(PortableSql):
             params["version_transition"] = rows[-1].id if rows else None
             version = "data_version_major || '.' || data_version_minor || '.' || data_version_patch"
             missing = ""
-            if writes.version_strategy == "None":
+            if writes.version_strategy == "None" and guard.kind is not GuardKind.INSERT:
                 # No new version: that version's newest row takes the change; a row is added
                 # only when the version has none yet.
                 parts.append(
@@ -264,11 +282,50 @@ class PostgresSql(PortableSql):
                 f"SELECT id, %(version_transition)s::uuid, {version}, %(patch)s::jsonb, data, "
                 f"%(now)s FROM updated WHERE entity_etag = %(entity_etag)s{missing})"
             )
+        parts += _instance_rows_parts(writes, params)
         sql = f"WITH {', '.join(parts)} SELECT id, {_RETURNED} FROM updated"
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             returned = cursor.fetchone()
+        if returned is None and guard.kind is GuardKind.INSERT:
+            _raise_insert_refused(snapshot, guard)
         return self._committed(snapshot, writes, params, returned)
+
+    def _insert_statement(
+        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+    ) -> tuple[str, dict[str, Any]]:
+        # The new instance's row; nothing when a live instance has its business key (the
+        # partial unique index, `ON CONFLICT ... DO NOTHING`) or, for a start on the newest
+        # version, when a newer one is published.
+        now = timezone.now()
+        values = {name: getattr(snapshot, name) for name in INSTANCE_FIELDS}
+        values.update(writes.instance_fields)
+        values.update(
+            created_at=snapshot.created_at or now,
+            updated_at=now,
+            data=deep_merge({}, writes.data_patch or {}),
+            etag=values["etag"] or new_etag(),
+        )
+        values.update(zip(VERSION_COLUMNS, snapshot.data_version, strict=True))
+        params: dict[str, Any] = {
+            f"i_{name}": _column(name).get_db_prep_save(value, connection)
+            for name, value in values.items()
+        }
+        params.update(
+            now=now,
+            etag=values["etag"],
+            entity_etag=values["entity_etag"],
+            patch=json.dumps(writes.data_patch or {}),
+        )
+        columns = ", ".join(values)
+        casts = ", ".join(f"%(i_{name})s::{_instance_cast(name)}" for name in values)
+        newest = f" WHERE NOT EXISTS ({_NEWER_VERSION_SQL})" if guard.newest else ""
+        sql = (
+            f"INSERT INTO instances_instance ({columns}) SELECT {casts}{newest} "
+            f"ON CONFLICT (domain, workflow_key, key) WHERE {_LIVE_KEY} DO NOTHING "
+            f"RETURNING id, {_RETURNED}"
+        )
+        return sql, params
 
     def _task_rows(self, tasks: list[TaskRow], params: dict[str, Any]) -> str:
         # The task journal rows as a CTE part of `flush_in_one` (`order` is a keyword: quoted).
@@ -400,6 +457,63 @@ class PostgresSql(PortableSql):
         return True
 
 
+def _instance_rows_parts(writes: PendingWrites, params: dict[str, Any]) -> list[str]:
+    # The instance's pending timers cancelled, its resource locks released and its open
+    # incidents resolved, as CTE parts of `flush_in_one`: each touches rows of the instance the
+    # `updated` part returns (none when the guard failed), found by an index on the instance.
+    parts = []
+    if writes.cancel_all_timers:
+        parts.append(f"timers AS ({TIMERS_CANCEL_ALL_SQL})")
+    elif writes.cancel_timers_of:
+        params["timer_states"] = sorted(writes.cancel_timers_of)
+        parts.append(f"timers AS ({TIMERS_CANCEL_OF_STATES_SQL})")
+    if writes.release_locks:
+        parts.append(
+            f"locks AS (DELETE FROM {ResourceLock._meta.db_table} "
+            "WHERE owner IN (SELECT id FROM updated))"
+        )
+    if writes.resolve_incidents is not None:
+        params["resolution"], params["resolved_by"] = writes.resolve_incidents
+        parts.append(
+            f"incidents AS (UPDATE {Incident._meta.db_table} SET resolved = true, "
+            "resolved_at = %(now)s, resolution = %(resolution)s, resolved_by = %(resolved_by)s "
+            "WHERE instance_id IN (SELECT id FROM updated) AND NOT resolved)"
+        )
+    return parts
+
+
+def _raise_insert_refused(snapshot: InstanceSnapshot, guard: Guard) -> None:
+    # The INSERT wrote nothing: a newer version was published (only a start on the newest
+    # checks), else the business key is live.
+    if guard.newest:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT EXISTS ({_NEWER_VERSION_SQL})",
+                {
+                    "i_domain": snapshot.domain,
+                    "i_workflow_key": snapshot.workflow_key,
+                    "i_workflow_version": snapshot.workflow_version,
+                },
+            )
+            superseded = cursor.fetchone()[0]
+        if superseded:
+            COMPONENTS.forget_newest(snapshot.domain, snapshot.workflow_key)
+            raise DefinitionSuperseded(f"{snapshot.workflow_key} {snapshot.workflow_version}")
+    raise BusinessKeyTaken(str(snapshot.key))
+
+
+# A published version of the workflow newer than the instance's (`%(i_domain)s`,
+# `%(i_workflow_key)s`, `%(i_workflow_version)s`), in the registry's order of versions.
+_NEWER_VERSION_SQL = f"""
+SELECT 1 FROM {Component._meta.db_table} pinned JOIN {Component._meta.db_table} newer
+  ON newer.kind = pinned.kind AND newer.domain = pinned.domain AND newer.key = pinned.key
+ AND (newer.version_major, newer.version_minor, newer.version_patch, newer.version_is_release)
+   > (pinned.version_major, pinned.version_minor, pinned.version_patch, pinned.version_is_release)
+WHERE pinned.kind = '{ComponentKind.WORKFLOW}' AND pinned.domain = %(i_domain)s
+  AND pinned.key = %(i_workflow_key)s AND pinned.version = %(i_workflow_version)s"""
+# The predicate of the partial unique index `instance_live_business_key` (`ON CONFLICT` names it).
+_LIVE_KEY = f"key IS NOT NULL AND status <> '{InstanceStatus.COMPLETED}'"
+
 # What the guarded UPDATE returns, in the order `PostgresSql._committed` reads it.
 _RETURNED = (
     "data, data_version_major, data_version_minor, data_version_patch, entity_etag, "
@@ -413,6 +527,11 @@ _TASK_RESPONSE = InstanceTask._meta.get_field("response")
 def _transition_cast(name: str) -> str:
     # The column's type, so a NULL parameter is typed too (`SELECT %s::timestamptz ...`).
     return str(InstanceTransition._meta.get_field(name).db_type(connection))
+
+
+@functools.cache
+def _instance_cast(name: str) -> str:
+    return str(_column(name).db_type(connection))
 
 
 @functools.cache

@@ -177,12 +177,15 @@ class Execution:
         instance: InstanceSnapshot,
         *,
         is_new: bool,
+        on_newest: bool = False,
         owner: str | None = None,
     ) -> None:
         self.engine = engine
         self.definition = definition
         self.instance = instance
         self.is_new = is_new
+        # A start on the version looked up as the newest: its INSERT checks it still is.
+        self.on_newest = on_newest
         self.owner = owner or uuid.uuid4().hex
         self.holds_busy = False
         self.lock_free = False
@@ -228,7 +231,7 @@ class Execution:
     def guard(self) -> Guard:
         """The compare-and-set the next flush is guarded by."""
         if self.is_new:
-            return Guard(GuardKind.INSERT)
+            return Guard(GuardKind.INSERT, newest=self.on_newest)
         if self.holds_busy:
             return Guard(GuardKind.OWNER, owner=self.owner)
         if self.lock_free:

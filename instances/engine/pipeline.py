@@ -108,16 +108,21 @@ class Engine:
         request: TransitionRequest,
         *,
         is_new: bool = False,
+        on_newest: bool = False,
         owner: str | None = None,
         reserved: bool = False,
         defer_chain: bool = False,
     ) -> Execution:
         """Run `request` on `instance` (a new one when `is_new`) and the automatic chain after
-        it. `reserved`: the instance is already Busy with `owner` (an accepted async request).
+        it. `on_newest`: a new instance of the version looked up as the newest (its insert is
+        refused with `DefinitionSuperseded` once a newer one is published). `reserved`: the
+        instance is already Busy with `owner` (an accepted async request).
         `defer_chain`: an updateData applied in its instance's write lane leaves the automatic
         chain after it to an `automatic` job committed with it (run once the lane is free).
         Raises `Rejected` (nothing written) or `PipelineFault` (instance Faulted)."""
-        execution = Execution(self, definition, instance, is_new=is_new, owner=owner)
+        execution = Execution(
+            self, definition, instance, is_new=is_new, on_newest=on_newest, owner=owner
+        )
         execution.holds_busy = reserved
         execution.defer_chain = defer_chain
         _run(execution, request)

@@ -61,6 +61,11 @@ class BusinessKeyTaken(Exception):
     """Inserting an instance failed: a live instance of the workflow already has the key."""
 
 
+class DefinitionSuperseded(Exception):
+    """Inserting an instance that started on the newest version of its workflow failed: a newer
+    version was published meanwhile (nothing written; the start runs again on that one)."""
+
+
 class DataChanged(Exception):
     """A flush guarded by the data version (`Guard.data_etag`) found the data changed by
     another write while everything else the guard checks still holds: nothing was written.

@@ -228,12 +228,15 @@ class GuardKind(Enum):
 @dataclass(frozen=True)
 class Guard:
     """The compare-and-set condition of a flush. `data_etag`, when set, also requires the data
-    to be the version a script read (`entity_etag`): the instance-data write funnel."""
+    to be the version a script read (`entity_etag`): the instance-data write funnel. `newest`
+    (INSERT only): the start asked for the newest version, and its row is inserted only while
+    no newer version of the workflow is published (`DefinitionSuperseded` otherwise)."""
 
     kind: GuardKind
     state_version: int = 0
     owner: str = ""
     data_etag: str | None = None
+    newest: bool = False
 
 
 # Recomputes a data patch from the instance data as it is now (a script that read the data:
