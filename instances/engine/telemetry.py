@@ -161,12 +161,28 @@ def set_tracing(enabled: bool | None) -> None:
     _tracing_forced = enabled
 
 
+# Once installed, a tracer provider stays (OpenTelemetry sets the global one once): a process
+# that has one asks no more. Without one it asks at most every PROVIDER_RECHECK_SECONDS:
+# `get_tracer_provider()` reads the environment each time, and ~20 steps a hop ask.
+PROVIDER_RECHECK_SECONDS = 1.0
+_provider_installed = False
+_provider_checked_at = -PROVIDER_RECHECK_SECONDS
+
+
 def tracing() -> bool:
     """Whether spans are made: forced by `set_tracing`, else once a tracer provider is
-    installed."""
+    installed (noticed within `PROVIDER_RECHECK_SECONDS`)."""
+    global _provider_installed, _provider_checked_at
     if _tracing_forced is not None:
         return _tracing_forced
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    if _provider_installed:
+        return True
+    now = time.monotonic()
+    if now - _provider_checked_at >= PROVIDER_RECHECK_SECONDS:
+        _provider_checked_at = now
+        installed = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        _provider_installed = installed
+    return _provider_installed
 
 
 @contextmanager
