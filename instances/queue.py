@@ -696,7 +696,7 @@ RETURNING id, run_at
 # timers and timeout (`TIMERS_CANCEL_ALL_SQL`), or the timers of the states in `%(timer_states)s`.
 _TIMERS_CANCEL = (
     f"UPDATE {Job._meta.db_table} SET status = '{JobStatus.CANCELLED}', updated_at = %(now)s "
-    f"WHERE instance_id IN (SELECT id FROM updated) AND status = '{JobStatus.PENDING}' AND "
+    f"WHERE instance_id = (SELECT id FROM updated) AND status = '{JobStatus.PENDING}' AND "
 )
 TIMERS_CANCEL_ALL_SQL = f"{_TIMERS_CANCEL}kind IN ('{JobKind.TIMER}', '{JobKind.TIMEOUT}')"
 TIMERS_CANCEL_OF_STATES_SQL = (
