@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Field, Q
 from django.utils import timezone
 
+from instances.engine.ports import BusinessKeyTaken, DefinitionSuperseded
 from instances.engine.records import (
     Guard,
     GuardKind,
@@ -29,7 +30,6 @@ from instances.engine.records import (
     deep_merge,
     new_etag,
 )
-from instances.engine.ports import BusinessKeyTaken, DefinitionSuperseded
 from instances.engine.telemetry import with_request_id
 from instances.job_dispatch import jobs_dispatch
 from instances.models import (
