@@ -5,6 +5,7 @@ boundary: `recovery.py`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -31,11 +32,12 @@ from instances.engine.ports import (
     StoreRefused,
     utc_now,
 )
-from instances.engine.profiles import OutcomeKind, resolve_profile
+from instances.engine.profiles import Order, OutcomeKind, resolve_profile
 from instances.engine.records import InstanceSnapshot, PendingWrites
 from instances.engine.recovery import BoundaryFault, Diverted, RetryScheduled, divert
 from instances.engine.script_runner import ScriptRunner, script_context
 from instances.engine.scripts import ScriptError
+from instances.engine.step_support import Step
 from instances.engine.steps import STEPS, automatic_transition
 from instances.engine.task_types import TaskFailure
 from instances.engine.tasks import TaskRunner
@@ -233,8 +235,14 @@ def _run_hop(execution: Execution, hop: Hop) -> None:
             )
 
 
+@functools.cache
+def _profile_steps(excluded: frozenset[Order]) -> tuple[Step, ...]:
+    # The steps a profile runs, in order: the same few tuples for every hop of the process.
+    return tuple(step for step in STEPS if step.order not in excluded)
+
+
 def _run_steps(execution: Execution, hop: Hop) -> None:
-    steps = [step for step in STEPS if hop.profile.runs(step.order)]
+    steps = _profile_steps(hop.profile.excluded)
     resume_at = hop.request.resume_at if hop.depth == 0 else None
     index = 0
     if resume_at is not None:
