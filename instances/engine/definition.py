@@ -47,17 +47,17 @@ class TransitionDef:
     kind: str
     source_state: str | None = None
 
-    @property
+    @cached_property
     def key(self) -> str:
         """The transition key."""
         return str(self.raw.get("key", ""))
 
-    @property
+    @cached_property
     def target(self) -> str:
         """Target state key, or `$self`."""
         return str(self.raw.get("target", ""))
 
-    @property
+    @cached_property
     def trigger_type(self) -> int:
         """`triggerType` (0 manual, 1 automatic, 2 scheduled, 3 event)."""
         if self.kind == TransitionKind.TIMEOUT:
@@ -74,7 +74,7 @@ class TransitionDef:
         """An automatic transition that fires when no other rule matched (`triggerKind: 10`)."""
         return self.raw.get("triggerKind") == DEFAULT_AUTO
 
-    @property
+    @cached_property
     def version_strategy(self) -> str:
         """`None`, `Patch`, `Minor` or `Major`."""
         return str(self.raw.get("versionStrategy") or "None")
@@ -210,6 +210,7 @@ class WorkflowDefinition:
         self.attributes: dict[str, Any] = attributes
         # Values derived from the (immutable) document by readers, kept with it.
         self.memo: dict[str, Any] = {}
+        self._available: dict[str, tuple[TransitionDef, ...]] = {}
         self.states: dict[str, StateDef] = {}
         for raw in attributes.get("states") or []:
             transitions = tuple(
@@ -336,11 +337,14 @@ class WorkflowDefinition:
 
     def available_transitions(self, state: str) -> list[TransitionDef]:
         """Every transition defined for `state`: its own, shared ones whose availableIn allows
-        it, then cancel/exit/updateData."""
-        own = list(self.states[state].transitions) if state in self.states else []
-        shared = [t for t in self.shared if t.available_in(state)]
-        specials = [t for t in self.specials() if t.available_in(state)]
-        return own + shared + specials
+        it, then cancel/exit/updateData (worked out once per state: the document is fixed)."""
+        found = self._available.get(state)
+        if found is None:
+            own = list(self.states[state].transitions) if state in self.states else []
+            shared = [t for t in self.shared if t.available_in(state)]
+            specials = [t for t in self.specials() if t.available_in(state)]
+            found = self._available[state] = (*own, *shared, *specials)
+        return list(found)
 
     def auto_transitions(self, state: str) -> list[TransitionDef]:
         """The state's automatic transitions, in definition order."""
