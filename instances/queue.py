@@ -702,6 +702,49 @@ TIMERS_CANCEL_ALL_SQL = f"{_TIMERS_CANCEL}kind IN ('{JobKind.TIMER}', '{JobKind.
 TIMERS_CANCEL_OF_STATES_SQL = (
     f"{_TIMERS_CANCEL}kind = '{JobKind.TIMER}' AND state = ANY(%(timer_states)s)"
 )
+
+
+def jobs_insert_part(jobs: Sequence[JobRow], params: dict[str, Any]) -> str:
+    """`jobs_create` as a CTE part named `jobs`, for the instance an `updated` CTE returns (no
+    row: no job), returning `id, run_at`; its parameters go in `params` (`%(now)s` is the
+    caller's). The caller hands the returned rows to `jobs_dispatch_after_commit`."""
+    selects = []
+    for index, job in enumerate(jobs):
+        params.update(
+            {
+                f"j{index}_kind": job.kind,
+                f"j{index}_state": job.state,
+                f"j{index}_payload": json.dumps(job.payload, cls=DjangoJSONEncoder),
+                f"j{index}_run_at": job.run_at,
+                f"j{index}_dedupe_key": job.dedupe_key,
+            }
+        )
+        selects.append(
+            f"SELECT %(j{index}_kind)s::{_job_column_type('kind')}, id, "
+            f"%(j{index}_state)s::{_job_column_type('state')}, %(j{index}_payload)s::jsonb, "
+            f"%(j{index}_run_at)s::timestamptz, '{JobStatus.PENDING}', 0, '', '', "
+            f"%(j{index}_dedupe_key)s::{_job_column_type('dedupe_key')}, %(now)s, %(now)s "
+            "FROM updated"
+        )
+    return (
+        f"jobs AS (INSERT INTO {Job._meta.db_table} (kind, instance_id, state, payload, run_at, "
+        "status, attempts, lease_owner, last_error, dedupe_key, created_at, updated_at) "
+        f"{' UNION ALL '.join(selects)} RETURNING id, run_at)"
+    )
+
+
+# What a statement with a `jobs` part selects of it: `[[id, run_at], ...]` as JSON.
+JOBS_INSERTED_SQL = "(SELECT COALESCE(json_agg(json_build_array(id, run_at)), '[]') FROM jobs)"
+
+
+def jobs_dispatch_after_commit(inserted: Sequence[Sequence[Any]]) -> None:
+    """Hand the jobs a `jobs_insert_part` inserted (`JOBS_INSERTED_SQL`) to the runner once (if)
+    the caller commits."""
+    due = [(int(job_id), datetime.fromisoformat(run_at)) for job_id, run_at in inserted]
+    if due:
+        transaction.on_commit(lambda: jobs_dispatch(due))
+
+
 # The ids of the write lane's unfinished tickets of the instance aliased `i`, oldest first.
 LANE_TICKET_IDS_SQL = (
     f"ARRAY(SELECT j.id FROM {Job._meta.db_table} j "

@@ -39,11 +39,14 @@ from instances.models import (
     InstanceTransition,
 )
 from instances.queue import (
+    JOBS_INSERTED_SQL,
     LANE_TICKET_IDS_SQL,
     RESERVED_JOB_INSERT_SQL,
     TIMERS_CANCEL_ALL_SQL,
     TIMERS_CANCEL_OF_STATES_SQL,
     job_enqueue,
+    jobs_dispatch_after_commit,
+    jobs_insert_part,
     lane_waiting,
 )
 from instances.registry import COMPONENTS
@@ -228,11 +231,11 @@ class PostgresSql(PortableSql):
 
     def flushes_in_one(self, writes: PendingWrites) -> bool:
         """True when `writes` touch only the instance row (inserted or updated) and rows keyed
-        by it alone: its history rows, task journal, data version, pending timers, resource
-        locks and open incidents; `flush_in_one` commits those in one statement."""
+        by it alone: its history rows, task journal, data version, new jobs (timers), pending
+        timers, resource locks and open incidents; `flush_in_one` commits those in one
+        statement."""
         return not (
             writes.incidents
-            or writes.jobs
             or writes.reschedule_timeout is not None
             or writes.children
             or writes.parent_correlation_status is not None
@@ -296,12 +299,21 @@ class PostgresSql(PortableSql):
                 f"%(now)s FROM updated WHERE entity_etag = %(entity_etag)s{missing})"
             )
         parts += _instance_rows_parts(writes, params)
-        sql = f"WITH {', '.join(parts)} SELECT id, {_RETURNED} FROM updated"
+        returned_jobs = ""
+        if writes.jobs:
+            parts.append(jobs_insert_part(writes.jobs, params))
+            returned_jobs = f", {JOBS_INSERTED_SQL}"
+        sql = f"WITH {', '.join(parts)} SELECT id, {_RETURNED}{returned_jobs} FROM updated"
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             returned = cursor.fetchone()
         if returned is None and guard.kind is GuardKind.INSERT:
             _raise_insert_refused(snapshot, guard)
+        if returned is not None and writes.jobs:
+            inserted, returned = returned[-1], returned[:-1]
+            jobs_dispatch_after_commit(
+                json.loads(inserted) if isinstance(inserted, str) else inserted
+            )
         return self._committed(snapshot, writes, params, returned)
 
     def _insert_statement(

@@ -3,7 +3,7 @@ a later change cannot add a round trip without changing these figures on purpose
 
 A start is one statement (the instance, its start history row and its first data version in one
 CTE; the published version from the in-process registry); a hop is its read and one statement,
-the final hop's pending timers, resource locks and data version included. What that statement
+the timers it arms included, and the final hop's pending timers, resource locks and data version. What that statement
 folds in still happens: the timers are cancelled, the locks released, the data versioned.
 """
 
@@ -18,13 +18,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from instances.job_table import Job
 from instances.models import Instance, InstanceDataVersion, InstanceTransition
 from instances.queue import job_enqueue, jobs_pending_list
 from instances.registry import COMPONENTS
 from instances.services import RequestInfo, instance_start, instance_transition
 from instances.status import InstanceStatus, JobKind
 from locks.models import ResourceLock
-from tests.engine.builders import state, transition, workflow
+from tests.engine.builders import script, state, transition, workflow
 from workflows.services import component_publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,12 +35,22 @@ ORDER = "shape-order"
 
 
 def order_document(version: str = "1.0.0") -> dict[str, Any]:
-    """draft -submit-> submitted -approve-> approved (Final); each step writes its attributes."""
+    """draft -submit-> submitted -approve-> approved (Final), each step writing its attributes;
+    `submitted` expires after a day (a timer armed by the hop entering it)."""
+    a_day = script("def handler(context):\n    return 'P1D'\n")
     document = workflow(
         [
             state("draft", 1, [transition("submit", "submitted")]),
-            state("submitted", 2, [transition("approve", "approved")]),
+            state(
+                "submitted",
+                2,
+                [
+                    transition("approve", "approved"),
+                    transition("expire", "expired", 2, timer=a_day),
+                ],
+            ),
             state("approved", 3, subType=1),
+            state("expired", 3, subType=8),
         ],
         key=ORDER,
     )
@@ -102,8 +113,9 @@ def test_a_start_with_a_business_key_adds_only_the_check_for_the_live_one():
     assert Instance.objects.filter(key="order-7").count() == 1
 
 
-def test_a_middle_hop_is_its_read_and_one_statement():
+def test_a_middle_hop_arming_a_timer_is_its_read_and_one_statement():
     instance = _start()
+    before = timezone.now()
 
     moved, statements = _statements(lambda: _step(instance.id, "submit", amount=120))
 
@@ -111,17 +123,21 @@ def test_a_middle_hop_is_its_read_and_one_statement():
     assert statements[0].startswith("SELECT")
     assert statements[1].startswith("WITH updated AS (UPDATE instances_instance")
     assert (moved.current_state, moved.data) == ("submitted", {"amount": 120})
+    timer = Job.objects.get(instance_id=instance.id, kind=JobKind.TIMER, status="pending")
+    assert timer.state == "submitted"
+    assert timer.payload["transition"] == "expire"
+    assert before + timedelta(days=1) <= timer.run_at <= timezone.now() + timedelta(days=1)
 
 
 def test_the_final_hop_is_one_statement_that_cancels_timers_and_releases_locks():
     instance = _start()
     _step(instance.id, "submit", amount=120)
-    timer = job_enqueue(
-        kind=JobKind.TIMER,
+    timer = Job.objects.get(instance_id=instance.id, kind=JobKind.TIMER, status="pending")
+    timeout = job_enqueue(
+        kind=JobKind.TIMEOUT,
         instance_id=instance.id,
-        payload={"transition": "approve"},
-        run_at=timezone.now() + timedelta(hours=1),
-        state="submitted",
+        payload={"transition": "abandon"},
+        run_at=timezone.now() + timedelta(days=30),
     )
     ResourceLock.objects.create(
         key="order:7", owner=instance.id, expires_at=timezone.now() + timedelta(minutes=5)
@@ -136,7 +152,8 @@ def test_the_final_hop_is_one_statement_that_cancels_timers_and_releases_locks()
     assert (done.status, done.current_state) == (InstanceStatus.COMPLETED, "approved")
     assert Instance.objects.get(pk=instance.id).completed_at is not None
     assert jobs_pending_list(instance_id=instance.id) == []
-    assert timer.pk not in jobs_pending_list(instance_id=instance.id, kind=JobKind.TIMER)
+    cancelled = Job.objects.filter(pk__in=[timer.pk, timeout.pk], status="cancelled")
+    assert cancelled.count() == 2
     assert list(ResourceLock.objects.values_list("key", flat=True)) == ["other"]
     assert Instance.objects.get(pk=instance.id).data == {"amount": 120, "decision": "ok"}
 
