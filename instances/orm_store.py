@@ -28,7 +28,6 @@ from instances.changes import instance_changed
 from instances.engine.ports import (
     BusinessKeyTaken,
     DataChanged,
-    DefinitionSuperseded,
     StoreRefused,
     describe_taker,
 )
@@ -58,7 +57,6 @@ from instances.models import (
     InstanceTransition,
 )
 from instances.queue import job_enqueue, jobs_create, jobs_reschedule, jobs_timers_cancel
-from instances.registry import COMPONENTS
 from instances.snapshots import INSTANCE_FIELDS, protection_for, snapshot_of, stored_data
 from instances.status import (
     CorrelationStatus,
@@ -67,7 +65,13 @@ from instances.status import (
     JobKind,
     TransitionStatus,
 )
-from instances.store_sql import GuardFailed, busy_take, dialect, status_guard_q
+from instances.store_sql import (
+    GuardFailed,
+    busy_take,
+    check_still_newest,
+    dialect,
+    status_guard_q,
+)
 from locks.models import ResourceLock
 
 
@@ -103,26 +107,28 @@ class OrmStore:
         return str(found) if found is not None else None
 
     def create_reserved(
-        self, snapshot: InstanceSnapshot, reservation: str, job_payload: dict[str, Any]
+        self,
+        snapshot: InstanceSnapshot,
+        reservation: str,
+        job_payload: dict[str, Any],
+        *,
+        on_newest: bool = False,
     ) -> InstanceSnapshot:
         """Insert `snapshot` Busy for `reservation` and the transition job that owns it, in one
-        transaction (an async start). `BusinessKeyTaken` when a live instance has the key."""
+        transaction (an async start; one statement on PostgreSQL). `BusinessKeyTaken` when a
+        live instance has the key; `DefinitionSuperseded` when `on_newest` and a newer version
+        of the workflow is published."""
         now = timezone.now()
-        values = {name: getattr(snapshot, name) for name in INSTANCE_FIELDS}
-        values.update(
-            status=InstanceStatus.BUSY,
-            busy_owner=reservation,
-            busy_since=now,
-            created_at=now,
-            updated_at=now,
+        reserved = InstanceSnapshot(**vars(snapshot))
+        reserved.status, reserved.busy_owner, reserved.busy_since = (
+            InstanceStatus.BUSY,
+            reservation,
+            now,
         )
-        try:
-            with transaction.atomic():
-                row = Instance.objects.create(**values)
-                job_enqueue(kind=JobKind.TRANSITION, instance_id=row.pk, payload=job_payload)
-        except IntegrityError as exc:
-            raise BusinessKeyTaken(str(snapshot.key)) from exc
-        return snapshot_of(row)
+        reserved.created_at = now
+        return dialect().insert_with_job(
+            reserved, job_payload, Guard(GuardKind.INSERT, newest=on_newest)
+        )
 
     def reserve_with_job(
         self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
@@ -345,10 +351,7 @@ class OrmStore:
         self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
     ) -> InstanceSnapshot:
         if guard.newest:
-            COMPONENTS.forget_newest(snapshot.domain, snapshot.workflow_key)
-            newest = COMPONENTS.workflow(snapshot.domain, snapshot.workflow_key, None)
-            if newest is not None and newest.version != snapshot.workflow_version:
-                raise DefinitionSuperseded(f"{snapshot.workflow_key} {snapshot.workflow_version}")
+            check_still_newest(snapshot)
         now = timezone.now()
         values = {name: getattr(snapshot, name) for name in INSTANCE_FIELDS}
         values.update(writes.instance_fields)

@@ -192,7 +192,9 @@ def _instance_start(
         if not sync:
             reservation = f"res:{uuid.uuid4().hex}"
             job = replace(call, start=True, reservation=reservation)
-            created = _store.create_reserved(snapshot, reservation, _job_json(definition, job))
+            created = _store.create_reserved(
+                snapshot, reservation, _job_json(definition, job), on_newest=version is None
+            )
             return InstanceOutcome(created, created=True)
         execution = engine().execute(
             definition,

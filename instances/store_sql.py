@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Field, JSONField, Q
 from django.utils import timezone
 
@@ -183,6 +183,24 @@ class PortableSql:
             if reserved:
                 job_enqueue(kind=JobKind.TRANSITION, instance_id=instance_id, payload=payload)
         return reserved
+
+    def insert_with_job(
+        self, snapshot: InstanceSnapshot, payload: dict[str, Any], guard: Guard
+    ) -> InstanceSnapshot:
+        """Insert `snapshot` (reserved) and the transition job that owns it, together: the
+        committed instance. `BusinessKeyTaken` / `DefinitionSuperseded` when refused."""
+        if guard.newest:
+            check_still_newest(snapshot)
+        now = timezone.now()
+        values = {name: getattr(snapshot, name) for name in INSTANCE_FIELDS}
+        values.update(created_at=snapshot.created_at or now, updated_at=now)
+        try:
+            with transaction.atomic():
+                row = Instance.objects.create(**values)
+                job_enqueue(kind=JobKind.TRANSITION, instance_id=row.pk, payload=payload)
+        except IntegrityError as exc:
+            raise BusinessKeyTaken(str(snapshot.key)) from exc
+        return snapshot_of(row)
 
 
 class PostgresSql(PortableSql):
@@ -453,6 +471,27 @@ class PostgresSql(PortableSql):
         with connection.cursor() as cursor:
             cursor.executemany(sql, params)
 
+    def insert_with_job(
+        self, snapshot: InstanceSnapshot, payload: dict[str, Any], guard: Guard
+    ) -> InstanceSnapshot:
+        """The instance's INSERT (`ON CONFLICT` on the live key, the newest-version check) and
+        its transition job's in one statement: an async start costs one round trip."""
+        statement, params = self._insert_statement(snapshot, PendingWrites(), guard)
+        params.update(
+            kind=JobKind.TRANSITION,
+            payload=json.dumps(with_request_id(payload), cls=DjangoJSONEncoder),
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(f"WITH reserved AS ({statement}){RESERVED_JOB_INSERT_SQL}", params)
+            created = cursor.fetchone()
+        if created is None:
+            _raise_insert_refused(snapshot, guard)
+        job_id, run_at = created
+        transaction.on_commit(lambda: jobs_dispatch([(job_id, run_at)]))
+        committed = _with(snapshot, {})
+        committed.etag, committed.updated_at = params["etag"], params["now"]
+        return opened(committed)
+
     def reserve_with_job(
         self, instance_id: uuid.UUID, statuses: list[str], reservation: str, payload: dict[str, Any]
     ) -> bool:
@@ -503,6 +542,15 @@ def _instance_rows_parts(writes: PendingWrites, params: dict[str, Any]) -> list[
             "WHERE instance_id = (SELECT id FROM updated) AND NOT resolved)"
         )
     return parts
+
+
+def check_still_newest(snapshot: InstanceSnapshot) -> None:
+    """The portable INSERT's newest-version check, a query of its own before the insert:
+    `DefinitionSuperseded` when a newer version of the workflow is published."""
+    COMPONENTS.forget_newest(snapshot.domain, snapshot.workflow_key)
+    newest = COMPONENTS.workflow(snapshot.domain, snapshot.workflow_key, None)
+    if newest is not None and newest.version != snapshot.workflow_version:
+        raise DefinitionSuperseded(f"{snapshot.workflow_key} {snapshot.workflow_version}")
 
 
 def _raise_insert_refused(snapshot: InstanceSnapshot, guard: Guard) -> None:

@@ -103,6 +103,22 @@ def test_a_start_is_one_statement_with_its_history_row_and_data_version():
     ) == [("1.0.0", {"customer": "ada"})]
 
 
+def test_an_async_start_is_one_statement_with_the_job_that_runs_it():
+    outcome, statements = _statements(
+        lambda: instance_start(
+            domain="core", workflow=ORDER, body={"attributes": {}}, info=INFO, sync=False
+        )
+    )
+
+    assert len(statements) == 1, statements
+    assert statements[0].startswith("WITH reserved AS (INSERT INTO instances_instance")
+    row = Instance.objects.get(pk=outcome.instance.id)
+    assert (row.status, row.busy_owner) == (InstanceStatus.BUSY, outcome.instance.busy_owner)
+    job = Job.objects.get(instance_id=row.pk)
+    assert (job.kind, job.status) == (JobKind.TRANSITION, "pending")
+    assert job.payload["reservation"] == row.busy_owner
+
+
 def test_a_start_with_a_business_key_adds_only_the_check_for_the_live_one():
     first, statements = _statements(lambda: _start(key="order-7"))
     again, second = _statements(lambda: _start(key="order-7"))
