@@ -2,9 +2,10 @@
 a later change cannot add a round trip without changing these figures on purpose.
 
 A start is one statement (the instance, its start history row and its first data version in one
-CTE; the published version from the in-process registry); a hop is its read and one statement,
-the timers it arms included, and the final hop's pending timers, resource locks and data version. What that statement
-folds in still happens: the timers are cancelled, the locks released, the data versioned.
+CTE; the published version from the in-process registry), an async start too (with its job); a
+hop is its read and one statement, the timers it arms included, and so is the final hop with
+its pending timers, resource locks and data version. What that statement folds in still
+happens: the timers are armed or cancelled, the locks released, the data versioned.
 """
 
 from __future__ import annotations
