@@ -1,9 +1,10 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
 The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz`, `fanout`,
-`admin`, `observability`, `funnel`, `crossings` and `order` suites need PostgreSQL: before Django
-is set up, `DATABASE_URL` is pointed at the benchmarks' own database (`vnext_bench`, created when
-missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never writes to the test database.
+`admin`, `observability`, `funnel`, `crossings`, `order` and `http_order` suites need
+PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
+(`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never
+writes to the test database.
 The other suites use no database.
 
 `python -m bench soak [options]` is the fault-injection soak (bench/soak.py), never part of the
@@ -35,6 +36,7 @@ SUITES = (
     "funnel",
     "crossings",
     "order",
+    "http_order",
 )
 # Every suite but these needs PostgreSQL.
 DATABASE_SUITES = set(SUITES) - {"scripts", "validation"}
@@ -81,6 +83,7 @@ def main(argv: list[str]) -> None:
         bench_fanout,
         bench_funnel,
         bench_fuzz,
+        bench_http_order,
         bench_jobs,
         bench_locks,
         bench_longpoll,
@@ -109,6 +112,7 @@ def main(argv: list[str]) -> None:
         "funnel": bench_funnel.main,
         "crossings": bench_crossings.main,
         "order": bench_order.main,
+        "http_order": bench_http_order.main,
     }
     from bench.summary import print_summary
 

@@ -1,14 +1,16 @@
 """Load from several client processes (imported by spawned children: httpx only, no Django).
 
 Each client process keeps one connection and, for `seconds`, either drives its own instance
-through `ping -> pong -> ping ...` with sync PATCHes, or asks `GET /health`; it reports how many
-requests it completed, their latencies, and any non-2xx answer."""
+through `ping -> pong -> ping ...` with sync PATCHes, or asks `GET /health`, or runs `order`
+workflows one after the other (start, submit, approve; `drive_orders`); it reports what it
+completed, the latencies, and any non-2xx answer."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -88,3 +90,56 @@ def burst(base_url: str, token: str, requests: list[tuple[str, str]]) -> Burst:
     """Fire `requests` (method, url) at once from one process: they are all sent, then
     released together."""
     return asyncio.run(_burst(base_url, token, requests))
+
+
+# (step, method, path under the instance (None: the start), body, the status it ends in)
+ORDER_STEPS: tuple[tuple[str, str, str | None, dict[str, Any], str], ...] = (
+    ("start", "POST", None, {"attributes": {}}, "A"),
+    ("submit", "PATCH", "transitions/submit", {"attributes": {"amount": 250}}, "A"),
+    ("approve", "PATCH", "transitions/approve", {"attributes": {"decision": "approved"}}, "C"),
+)
+
+
+def order_workflow(client: httpx.Client, path: str, steps: dict[str, list[float]]) -> str | None:
+    """One `order` workflow through sync requests on `client`: start, submit, approve; each
+    step's latency appended to `steps[step]`. None when every answer was 200 with the status
+    the step ends in (Completed after `approve`) and the attributes it wrote, else what went
+    wrong."""
+    ref = ""
+    for step, method, tail, body, status in ORDER_STEPS:
+        url = f"{path}/start?sync=true" if tail is None else f"{path}/{ref}/{tail}?sync=true"
+        began = time.perf_counter()
+        answer = client.request(method, url, json=body)
+        steps.setdefault(step, []).append(time.perf_counter() - began)
+        if answer.status_code != 200:
+            return f"{step}: {answer.status_code} {answer.text[:200]}"
+        envelope = answer.json()
+        written = body["attributes"].items() <= envelope.get("attributes", {}).items()
+        if envelope.get("status") != status or not written:
+            return f"{step}: answered {answer.text[:200]}"
+        ref = ref or envelope["id"]
+    return None
+
+
+@dataclass
+class OrderResult:
+    """What one `order` client process did: workflows completed, each step's latencies."""
+
+    completed: int = 0
+    steps: dict[str, list[float]] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+
+def drive_orders(base_url: str, token: str, path: str, seconds: float) -> OrderResult:
+    """Run one client for `seconds`: `order` workflows one after the other, on one connection."""
+    result = OrderResult()
+    headers = {"Authorization": f"Token {token}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as client:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            failure = order_workflow(client, path, result.steps)
+            if failure is None:
+                result.completed += 1
+            else:
+                result.failures.append(failure)
+    return result

@@ -30,10 +30,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now (loopback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A TCP port nobody listens on right now (loopback): the first free one of
+    `BENCH_PORT_RANGE` (`8600-8699`) when it is set, so that benchmarks sharing a machine keep to
+    their own ports, else any."""
+    first, _, last = os.environ.get("BENCH_PORT_RANGE", "0-0").partition("-")
+    for port in range(int(first), int(last or first) + 1):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise RuntimeError(f"no free port in BENCH_PORT_RANGE {first}-{last}")
 
 
 def _vnext_run(port: int) -> list[str]:
@@ -44,7 +52,7 @@ class BenchServer:
     """One `vnext_run` process serving `database_url` on 127.0.0.1 (or `command`'s server).
 
     `command(port)` replaces `manage.py vnext_run`; `env` is laid over the server's environment,
-    a None value removing that variable."""
+    a None value removing that variable; `workers` sets VNEXT_HTTP_WORKERS."""
 
     def __init__(
         self,
@@ -53,15 +61,18 @@ class BenchServer:
         username: str = "bench-operator",
         command: Callable[[int], list[str]] | None = None,
         env: Mapping[str, str | None] | None = None,
+        workers: int | None = None,
     ) -> None:
         self.database_url = database_url
         self.username = username
         self.command = command
         self.env_overrides = dict(env or {})
+        if workers is not None:
+            self.env_overrides["VNEXT_HTTP_WORKERS"] = str(workers)
         self.password = secrets.token_urlsafe(16)
         self.port = free_port()
         # What `vnext_run` serves PostgreSQL with unless VNEXT_HTTP_WORKERS says otherwise.
-        self.workers = int(os.environ.get("VNEXT_HTTP_WORKERS") or os.cpu_count() or 1)
+        self.workers = workers or int(os.environ.get("VNEXT_HTTP_WORKERS") or os.cpu_count() or 1)
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
@@ -127,6 +138,30 @@ class BenchServer:
                     pass
                 time.sleep(0.2)
         raise RuntimeError(f"server not healthy after {timeout:.0f}s:\n{self.log()}")
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server's live processes have used so far: the process,
+        its uvicorn workers and their script workers (Linux `/proc`; 0.0 elsewhere)."""
+        if self.process is None:
+            return 0.0
+        parents: dict[int, int] = {}
+        times: dict[int, float] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                # After the command in parentheses: state, ppid, ..., utime (14), stime (15).
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:
+                continue  # exited meanwhile
+            pid = int(stat.parent.name)
+            parents[pid] = int(fields[1])
+            times[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tree = {self.process.pid}
+        grown = True
+        while grown:
+            children = {pid for pid, parent in parents.items() if parent in tree} - tree
+            tree |= children
+            grown = bool(children)
+        return sum(times.get(pid, 0.0) for pid in tree)
 
     def log(self) -> str:
         """The server's output so far (last 4000 characters)."""

@@ -9,8 +9,9 @@ only when the client names them (`?extensions=a,b`). Each one's task runs throug
 runner (`instances.engine.functions.extension_output`) with the instance and the caller's
 request as context; an object it outputs is merged into `extensions`, anything else is put
 under the extension's key. A failing extension never fails the read: its key holds
-`{"error": {"code", "message"}}` and the failure is logged. Nothing is cached: extensions
-carry live data."""
+`{"error": {"code", "message"}}` and the failure is logged. Outputs are never cached:
+extensions carry live data. Which global extensions a domain has is (`domain_global_extensions`):
+every sync answer and read asks it, and it changes only when one is published."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
 
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, Violation, VNextError
@@ -33,6 +38,7 @@ from instances.engine.functions import (
 )
 from instances.engine.records import InstanceSnapshot, deep_merge
 from instances.models import Instance
+from instances.registry import NEWEST_TTL_SECONDS
 from instances.snapshots import snapshot_of
 from instances.wiring import engine
 from vnext.conf import header_deny_list
@@ -93,21 +99,55 @@ class ExtensionPlan:
         return runs
 
 
-def extension_plan(definition: WorkflowDefinition) -> ExtensionPlan:
-    """The plan of a workflow version: one query for its domain's global extensions (types 1
-    and 2), the declared ones from the registry's cache."""
-    plan = ExtensionPlan()
+def _global_extensions_key(domain: str) -> str:
+    return f"vnext:extensions:global:{domain}"
+
+
+def domain_global_extensions(domain: str) -> tuple[ExtensionDef, ...]:
+    """The newest version of each global extension (types 1 and 2) of `domain`: one query,
+    kept in Django's cache for `NEWEST_TTL_SECONDS` (the registry's bound on how long a
+    process may miss a newer version). Publishing or deleting an extension forgets it at once:
+    in this process, and in every other one when the cache is shared (`CACHE_URL`)."""
+    cache_key = _global_extensions_key(domain)
+    cached: tuple[ExtensionDef, ...] | None = cache.get(cache_key)
+    if cached is not None:
+        return cached
+    chosen: dict[str, ExtensionDef] = {}
     rows = (
-        Component.objects.filter(kind=ComponentKind.EXTENSION, domain=definition.domain)
+        Component.objects.filter(kind=ComponentKind.EXTENSION, domain=domain)
         .order_by(*_NEWEST_FIRST)
         .values_list("key", "document")
     )
     for key, document in rows:
-        if key in plan.by_key:
+        if key in chosen:
             continue  # an older version
         extension = ExtensionDef.parse(document)
         if extension.is_global:
-            plan.by_key[key] = extension
+            chosen[key] = extension
+    found = tuple(chosen.values())
+    cache.set(cache_key, found, timeout=NEWEST_TTL_SECONDS)
+    return found
+
+
+def _extension_written(sender: type[Component], instance: Component, **kwargs: Any) -> None:
+    # Forgotten now and again at commit: a read between the two in another process may have
+    # cached the rows as they were before this write.
+    if instance.kind == ComponentKind.EXTENSION:
+        cache_key = _global_extensions_key(instance.domain)
+        cache.delete(cache_key)
+        transaction.on_commit(lambda: cache.delete(cache_key))
+
+
+post_save.connect(_extension_written, sender=Component, dispatch_uid="extensions_global_saved")
+post_delete.connect(_extension_written, sender=Component, dispatch_uid="extensions_global_deleted")
+
+
+def extension_plan(definition: WorkflowDefinition) -> ExtensionPlan:
+    """The plan of a workflow version: its domain's global extensions (types 1 and 2), the
+    declared ones from the registry's cache."""
+    plan = ExtensionPlan()
+    for extension in domain_global_extensions(definition.domain):
+        plan.by_key[extension.key] = extension
     for name in ("extensions", "features"):
         for reference in definition.attributes.get(name) or []:
             if not isinstance(reference, dict):

@@ -189,6 +189,19 @@ def test_global_extensions_run_in_every_workflow_of_their_domain(operator_client
     assert extensions["undeclared-defined"]["error"]["code"] == "Extension:NotFound"
 
 
+def test_a_global_extension_published_after_a_read_runs_on_the_next_one(operator_client):
+    # The domain's global extensions are cached between reads: publishing one forgets them.
+    publish(ledger())
+    ref = started(operator_client)["id"]
+    assert operator_client.get(f"{BASE}/{ref}").json()["extensions"] == {}
+
+    publish(extension("system-info", GLOBAL, EVERYWHERE, "{'system': 'vnext'}"))
+    assert operator_client.get(f"{BASE}/{ref}").json()["extensions"] == {"system": "vnext"}
+    newer = extension("system-info", GLOBAL, EVERYWHERE, "{'system': 'v2'}")
+    publish({**newer, "version": "1.1.0"})
+    assert operator_client.get(f"{BASE}/{ref}").json()["extensions"] == {"system": "v2"}
+
+
 def test_a_failing_extension_does_not_fail_the_read(operator_client, caplog):
     caplog.set_level(logging.WARNING, "vnext.extensions")
     with http_server() as base:
