@@ -2,7 +2,8 @@
 
 - `ServingLayer`, the outermost ASGI app: it reads a request's body on the event loop, at most
   `MAX_BODY_BYTES` (413) within `BODY_READ_TIMEOUT_SECONDS` (408), and only then hands the request,
-  its body replayed whole, to the app behind it. A client sending one byte a second holds a socket,
+  its body replayed whole (and in the scope, `BODY_SCOPE_KEY`, for the WSGI bridge), to the app
+  behind it. A client sending one byte a second holds a socket,
   never one of the `HTTP_THREADS` (the WSGI bridge would read the body in the thread it took).
   It answers `GET /health` itself: one database check at a time, on a thread of its own, shared
   by every request waiting for it, so liveness never queues behind the serving threads.
@@ -25,6 +26,7 @@ from instances.engine.errors import Codes, ErrorCode
 from vnext.conf import vnext_setting
 from vnext.health import database_health
 from vnext.problems import PROBLEM_JSON, problem_body
+from vnext.wsgi_bridge import BODY_SCOPE_KEY
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -61,9 +63,10 @@ class ServingLayer:
 
 
 async def read_body(scope: Scope, receive: Receive, send: Send) -> Receive | None:
-    """Read the request body (`MAX_BODY_BYTES`, `BODY_READ_TIMEOUT_SECONDS`); return a `receive`
-    that gives it whole and then whatever the client sends next (its disconnect). None when the
-    request was answered here (413, 408) or the client went away."""
+    """Read the request body (`MAX_BODY_BYTES`, `BODY_READ_TIMEOUT_SECONDS`) into the scope
+    (`BODY_SCOPE_KEY`); return a `receive` that gives it whole and then whatever the client
+    sends next (its disconnect). None when the request was answered here (413, 408) or the
+    client went away."""
     limit = int(vnext_setting("MAX_BODY_BYTES"))
     too_large = f"the request body is over {limit} bytes"
     declared = _content_length(scope)
@@ -93,6 +96,7 @@ async def read_body(scope: Scope, receive: Receive, send: Send) -> Receive | Non
         await _refuse(scope, send, Codes.APP_BODY_TIMEOUT, detail)
         return None
     body = b"".join(chunks)
+    scope[BODY_SCOPE_KEY] = body
     replayed = False
 
     async def replay() -> Message:
