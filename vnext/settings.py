@@ -144,6 +144,10 @@ DATABASES = {
         "DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'vnext.sqlite3'}"
     ),
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend, its per-request health check without a round trip while the server has
+    # said nothing (vnext/postgresql/base.py).
+    DATABASES["default"]["ENGINE"] = "vnext.postgresql"
 DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=0)
 if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # psycopg's pool: under ASGI every request otherwise opens a new PostgreSQL connection.
