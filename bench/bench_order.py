@@ -617,8 +617,7 @@ def profile(contender: ThisProject) -> None:
         _workflow(contender, figures)
     profiler.disable()
     print(
-        f"\ncProfile of {PROFILE_WORKFLOWS} order workflows of {contender.name} "
-        "(top 25 by tottime)"
+        f"\ncProfile of {PROFILE_WORKFLOWS} order workflows of {contender.name} (top 25 by tottime)"
     )
     pstats.Stats(profiler).strip_dirs().sort_stats("tottime").print_stats(25)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, VNextError
@@ -112,6 +112,17 @@ class ScriptExecutor(Protocol):
         ...
 
 
+@runtime_checkable
+class BatchScriptExecutor(ScriptExecutor, Protocol):
+    """An executor that also runs several calls in one round trip (the worker pool)."""
+
+    def run_batch(
+        self, calls: Sequence[ScriptCall], *, chain: int | None = None
+    ) -> list[ScriptReply | ScriptError]:
+        """Run `calls` in order; each one's reply or the `ScriptError` it ended with."""
+        ...
+
+
 def instance_view(instance: InstanceSnapshot) -> ScriptObject:
     """`context.instance`: id, key, data (a copy), data_version (`"1.0.2"`), state, status,
     domain, flow, version."""
@@ -200,33 +211,52 @@ class ScriptHandle:
             )
         return self._exchange(name, args, updates, then)
 
+    def prepare(
+        self,
+        name: str,
+        *args: Any,
+        updates: tuple[int, ...] = (),
+        then: FollowUp | None = None,
+        patch: str = "",
+    ) -> ScriptCall:
+        """The call of handler `name` with `args` (and follow-up `then`), to run with others
+        in one round trip (`ScriptRunner.run_batch`); `patch` as in `ScriptCall.patch`."""
+        for handler in (name, then.handler if then else name):
+            if not self.has(handler):
+                raise ScriptError(
+                    f"the script defines no {handler!r} handler", location=self.compiled.location
+                )
+        return ScriptCall(
+            source=self.source,
+            location=self.compiled.location,
+            handler=name,
+            args=args,
+            allowed_modules=self.allowed_modules,
+            timeout_seconds=self.runner.timeout_seconds,
+            return_arguments=updates,
+            digest=self.compiled.source_hash,
+            then=then,
+            helpers=self.helpers,
+            patch=patch,
+        )
+
     def _exchange(
         self, name: str, args: tuple[Any, ...], updates: tuple[int, ...], then: FollowUp | None
     ) -> ScriptReply:
-        if not self.has(name):
-            raise ScriptError(
-                f"the script defines no {name!r} handler", location=self.compiled.location
-            )
-        reply = self.runner.executor.run(
-            ScriptCall(
-                source=self.source,
-                location=self.compiled.location,
-                handler=name,
-                args=args,
-                allowed_modules=self.allowed_modules,
-                timeout_seconds=self.runner.timeout_seconds,
-                return_arguments=updates,
-                digest=self.compiled.source_hash,
-                then=then,
-                helpers=self.helpers,
-            )
-        )
-        for position, state in zip(updates, reply.arguments, strict=False):
-            target = args[position]
-            if isinstance(target, ScriptObject) and isinstance(state, dict):
-                vars(target).clear()
-                vars(target).update(_plain_attributes(state))
+        call = self.prepare(name, *args, updates=updates, then=then)
+        reply = self.runner.executor.run(call)
+        apply_updates(call, reply)
         return reply
+
+
+def apply_updates(call: ScriptCall, reply: ScriptReply) -> None:
+    """Give the context objects of `call` at its `return_arguments` the attribute values the
+    handler left them with."""
+    for position, state in zip(call.return_arguments, reply.arguments, strict=False):
+        target = call.args[position]
+        if isinstance(target, ScriptObject) and isinstance(state, dict):
+            vars(target).clear()
+            vars(target).update(_plain_attributes(state))
 
 
 def _helper_references(scripts: Any) -> list[dict[str, Any]]:
@@ -270,6 +300,32 @@ class ScriptRunner:
         references = [*_helper_references(workflow_scripts), *_helper_references(local)]
         helpers = self._helpers(references, definition) if references else ()
         return ScriptHandle(self, compiled, source, definition.allowed_modules | extra, helpers)
+
+    @property
+    def batches(self) -> bool:
+        """True when the executor runs a batch in one round trip, `chain` included."""
+        return isinstance(self.executor, BatchScriptExecutor)
+
+    def run_batch(
+        self, calls: list[ScriptCall], *, chain: int | None = None
+    ) -> list[ScriptReply | ScriptError]:
+        """Run `calls` in one worker round trip (see `ScriptPool.run_batch`), each call's
+        reply or error; an executor that cannot batch (see `batches`) runs them one by one,
+        without `chain`."""
+        executor = self.executor
+        if isinstance(executor, BatchScriptExecutor):
+            results = executor.run_batch(calls, chain=chain)
+        else:
+            results = []
+            for call in calls:
+                try:
+                    results.append(executor.run(call))
+                except ScriptError as exc:
+                    results.append(exc)
+        for call, result in zip(calls, results, strict=True):
+            if isinstance(result, ScriptReply):
+                apply_updates(call, result)
+        return results
 
     def call(
         self, node: dict[str, Any], definition: WorkflowDefinition, handler: str, *args: Any
