@@ -450,12 +450,18 @@ class ScriptPool:
         started = time.perf_counter()
         results: list[ScriptReply | ScriptError] = []
         try:
-            request = _batch_request(calls, chain)
-            reply = self._round_trip(request, calls)
+            try:
+                reply = self._round_trip(_batch_request(calls, chain), calls)
+            except ScriptError as exc:
+                # No worker, or the worker was stopped (its deadline, its memory): the calls
+                # it had not answered fail with that error, each as a call of its own would.
+                results = [exc for _ in calls]
+                return results
             parts = reply.get("replies") if reply.get("ok") else None
             if not isinstance(parts, list):
                 error = _error_from(reply.get("error") or {}, calls[0].location)
-                return [error for _ in calls]
+                results = [error for _ in calls]
+                return results
             for index, call in enumerate(calls):
                 part = parts[index] if index < len(parts) else None
                 if not isinstance(part, dict):
@@ -741,7 +747,12 @@ def _batch_request(calls: Sequence[ScriptCall], chain: int | None) -> dict[str, 
                 continue
             if id(arg) not in index_of:
                 index_of[id(arg)] = len(shared)
-                shared.append(_ENCODER.encode(encode_argument(arg)))
+                try:
+                    shared.append(_ENCODER.encode(encode_argument(arg)))
+                except (TypeError, ValueError, RecursionError) as exc:
+                    raise ScriptError(
+                        f"the script's arguments are not JSON: {exc}", location=call.location
+                    ) from None
             arguments.append({"s": index_of[id(arg)]})
         requests.append(call.request(arguments))
     return {

@@ -11,9 +11,20 @@ import pytest
 from instances.engine.execution import EngineConfig
 from instances.engine.pipeline import Engine
 from instances.engine.records import deep_merge
-from instances.engine.script_pool import FollowUp, ScriptCall, ScriptPool, ScriptReply
+from instances.engine.script_pool import (
+    FollowUp,
+    PoolSettings,
+    ScriptCall,
+    ScriptPool,
+    ScriptReply,
+)
 from instances.engine.script_wire import merge_patch
-from instances.engine.scripts import DEFAULT_ALLOWED_MODULES, ScriptError, ScriptTimeout
+from instances.engine.scripts import (
+    DEFAULT_ALLOWED_MODULES,
+    ScriptError,
+    ScriptTimeout,
+    ScriptUnavailable,
+)
 from tests.engine.builders import Harness, script, script_task, state, transition, workflow
 from tests.engine.scripting import LOCATION, context
 
@@ -110,6 +121,13 @@ class TestRunBatch:
         assert isinstance(second, ScriptReply)
         assert (first.value, first.follow_up) == (1, {"n": 10})
         assert (second.value, second.follow_up) == (10, {"n": 100})
+
+    def test_without_a_worker_every_call_fails_with_the_pools_error(self):
+        closed = ScriptPool(PoolSettings(size=1))
+        closed.close()
+        shared = context(n=1)
+        results = closed.run_batch([call(ADD, shared), call(ADD, shared)])
+        assert [type(result) for result in results] == [ScriptUnavailable] * 2
 
 
 @pytest.mark.parametrize(
