@@ -25,7 +25,8 @@ class InProcessExecutor:
         outcome = run_call(
             compiled,
             call.handler,
-            list(call.args),
+            # Copies, as the pool's JSON makes them: the context holds the engine's own data.
+            copy.deepcopy(list(call.args)),
             allowed_modules=call.allowed_modules,
             timeout_seconds=call.timeout_seconds,
             return_arguments=call.return_arguments,

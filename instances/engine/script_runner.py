@@ -8,7 +8,6 @@ Scripts never run in this process: each call is a round trip to a worker
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -105,7 +104,9 @@ def script_headers(
 
 
 class ScriptExecutor(Protocol):
-    """Runs one script call somewhere isolated (the worker pool in production)."""
+    """Runs one script call somewhere isolated (the worker pool in production). A script
+    gets copies of the call's arguments: the context holds the engine's own instance data and
+    request body (the pool copies them by sending them as JSON)."""
 
     def run(self, call: ScriptCall) -> ScriptReply:
         """Run `call`; raise the `ScriptError` it ends with."""
@@ -125,11 +126,12 @@ class BatchScriptExecutor(ScriptExecutor, Protocol):
 
 def instance_view(instance: InstanceSnapshot) -> ScriptObject:
     """`context.instance`: id, key, data (a copy), data_version (`"1.0.2"`), state, status,
-    domain, flow, version."""
+    domain, flow, version. The data is the instance's own, not a copy: what crosses to a
+    worker is a copy (JSON), so no script can change it (see `ScriptExecutor`)."""
     return ScriptObject(
         id=str(instance.id),
         key=instance.key,
-        data=copy.deepcopy(instance.data),
+        data=instance.data,
         data_version=instance.data_version_text,
         state=instance.current_state,
         status=str(instance.status),
@@ -152,10 +154,11 @@ def script_context(
     configuration: dict[str, Any] | None = None,
 ) -> ScriptObject:
     """The `context` argument of every handler. `configuration` holds the values the operator
-    chose to show scripts (`VNEXT_SCRIPT_CONFIGURATION`), never settings or secrets."""
+    chose to show scripts (`VNEXT_SCRIPT_CONFIGURATION`), never settings or secrets. Like the
+    data, `body` is the request's own: only copies of both reach a script."""
     return ScriptObject(
         instance=instance_view(instance),
-        body=copy.deepcopy(body) if body is not None else {},
+        body=body if body is not None else {},
         headers=dict(headers or {}),
         query=dict(query or {}),
         transition=ScriptObject(key=transition_key),
