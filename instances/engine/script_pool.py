@@ -147,22 +147,28 @@ class ScriptCall:
         }
 
     def add_sources(self, request: dict[str, Any], known: set[str] | None = None) -> None:
-        """Put into `request` the source of the script and of each helper whose content hash is
-        not in `known` (every source when `known` is None)."""
-        if known is None or request["hash"] not in known:
+        """Put into `request` the source of the script and of each helper whose `source_key`
+        is not in `known` (every source when `known` is None)."""
+        if known is None or source_key(request) not in known:
             request["source"] = self.source
         for entry, helper in zip(request.get("helpers") or (), self.helpers, strict=True):
-            if known is None or entry["hash"] not in known:
+            if known is None or source_key(entry) not in known:
                 entry["source"] = helper.source
 
-    def source_hashes(self, request: dict[str, Any]) -> list[str]:
-        """The content hashes of the script and its helpers in `request`."""
-        return [request["hash"], *(entry["hash"] for entry in request.get("helpers") or ())]
+    def source_keys(self, request: dict[str, Any]) -> list[str]:
+        """The `source_key`s of the script and its helpers in `request`."""
+        return [source_key(request), *map(source_key, request.get("helpers") or ())]
 
     @property
     def budget_seconds(self) -> float:
         """The wall-clock time the whole exchange may take: each handler has its own budget."""
         return self.timeout_seconds * (2 if self.then else 1)
+
+
+def source_key(entry: dict[str, Any]) -> str:
+    """What a worker caches compiled code by: the content hash and the location (the same
+    source at two locations is compiled twice: its errors name where it is)."""
+    return f"{entry['hash']} {entry['location']}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -234,6 +240,7 @@ class _Worker:
         self.from_worker = process.stdout.fileno()
         self.poller = select.poll()
         self.poller.register(self.from_worker, select.POLLIN)
+        # The `source_key`s of the code this worker has compiled (as far as this side knows).
         self.known_sources: set[str] = set()
 
     def exchange(self, message: bytes, deadline: float, max_payload: int) -> dict[str, Any]:
@@ -435,7 +442,7 @@ class ScriptPool:
             script_called(outcome, time.perf_counter() - started)
 
     def run_batch(
-        self, calls: Sequence[ScriptCall], *, chain: int | None = None
+        self, calls: Sequence[ScriptCall], *, chain: int | None = None, until_true: bool = False
     ) -> list[ScriptReply | ScriptError]:
         """Run `calls` one after the other in one worker, in one round trip; each call's reply,
         or the `ScriptError` it ended with. A context object passed to several calls crosses
@@ -444,14 +451,15 @@ class ScriptPool:
         With `chain`, the argument at that position is a context whose `instance.data` takes,
         for each call, the data patches of the calls before it (see `ScriptCall.patch`), merged
         as the engine merges them: the calls run as if each one's output were merged before the
-        next one starts."""
+        next one starts. With `until_true`, the worker stops after the first call that returns
+        a true value or fails (rules asked in order): the results end there."""
         if not calls:
             return []
         started = time.perf_counter()
         results: list[ScriptReply | ScriptError] = []
         try:
             try:
-                reply = self._round_trip(_batch_request(calls, chain), calls)
+                reply = self._round_trip(_batch_request(calls, chain, until_true), calls)
             except ScriptError as exc:
                 # No worker, or the worker was stopped (its deadline, its memory): the calls
                 # it had not answered fail with that error, each as a call of its own would.
@@ -464,6 +472,8 @@ class ScriptPool:
                 return results
             for index, call in enumerate(calls):
                 part = parts[index] if index < len(parts) else None
+                if part is None and until_true:
+                    break  # an earlier call held (or failed): this one was not asked
                 if not isinstance(part, dict):
                     results.append(
                         ScriptResourceLimit(
@@ -516,7 +526,7 @@ class ScriptPool:
                     "the script's worker stopped", location=first.location
                 ) from None
         for call, part in zip(calls, parts, strict=True):
-            worker.known_sources.update(call.source_hashes(part))
+            worker.known_sources.update(call.source_keys(part))
         if reply.get("recycle"):
             self._replace(worker, "recycled")
         else:
@@ -732,7 +742,9 @@ def _reply_of(reply: dict[str, Any], call: ScriptCall) -> ScriptReply:
         ) from None
 
 
-def _batch_request(calls: Sequence[ScriptCall], chain: int | None) -> dict[str, Any]:
+def _batch_request(
+    calls: Sequence[ScriptCall], chain: int | None, until_true: bool = False
+) -> dict[str, Any]:
     """The worker request of a batch: each context object passed to more than one call is
     encoded once, as JSON text in `shared`, and each call names it by index (`{"s": i}`)."""
     uses = Counter(id(arg) for call in calls for arg in call.args if isinstance(arg, ScriptObject))
@@ -760,6 +772,7 @@ def _batch_request(calls: Sequence[ScriptCall], chain: int | None) -> dict[str, 
         "calls": requests,
         "shared": shared,
         **({"chain": chain} if chain is not None else {}),
+        **({"until": "true"} if until_true else {}),
     }
 
 

@@ -118,7 +118,7 @@ class BatchScriptExecutor(ScriptExecutor, Protocol):
     """An executor that also runs several calls in one round trip (the worker pool)."""
 
     def run_batch(
-        self, calls: Sequence[ScriptCall], *, chain: int | None = None
+        self, calls: Sequence[ScriptCall], *, chain: int | None = None, until_true: bool = False
     ) -> list[ScriptReply | ScriptError]:
         """Run `calls` in order; each one's reply or the `ScriptError` it ended with."""
         ...
@@ -262,6 +262,11 @@ def apply_updates(call: ScriptCall, reply: ScriptReply) -> None:
             vars(target).update(_plain_attributes(state))
 
 
+def _is_rule(check: Any) -> bool:
+    # A rule script of `ScriptRunner.first_holding`: a script object with code.
+    return isinstance(check, dict) and bool(check.get("code"))
+
+
 def _helper_references(scripts: Any) -> list[dict[str, Any]]:
     """The `helpers` references of a `scripts` object (`{helpers, allowedModules, ...}`)."""
     entries = scripts.get("helpers") if isinstance(scripts, dict) else None
@@ -310,14 +315,14 @@ class ScriptRunner:
         return isinstance(self.executor, BatchScriptExecutor)
 
     def run_batch(
-        self, calls: list[ScriptCall], *, chain: int | None = None
+        self, calls: list[ScriptCall], *, chain: int | None = None, until_true: bool = False
     ) -> list[ScriptReply | ScriptError]:
         """Run `calls` in one worker round trip (see `ScriptPool.run_batch`), each call's
         reply or error; an executor that cannot batch (see `batches`) runs them one by one,
         without `chain`."""
         executor = self.executor
         if isinstance(executor, BatchScriptExecutor):
-            results = executor.run_batch(calls, chain=chain)
+            results = executor.run_batch(calls, chain=chain, until_true=until_true)
         else:
             results = []
             for call in calls:
@@ -325,10 +330,32 @@ class ScriptRunner:
                     results.append(executor.run(call))
                 except ScriptError as exc:
                     results.append(exc)
-        for call, result in zip(calls, results, strict=True):
+                last = results[-1]
+                if until_true and (isinstance(last, ScriptError) or last.value):
+                    break
+        for call, result in zip(calls, results, strict=False):  # until_true: fewer results
             if isinstance(result, ScriptReply):
                 apply_updates(call, result)
         return results
+
+    def first_holding(
+        self, checks: list[Any], definition: WorkflowDefinition, context: ScriptObject
+    ) -> int | None:
+        """The index of the first of `checks` that holds, None when none does: a rule script
+        (a node with `code`) holds when its `handler(context)` returns a true value, `True`
+        holds, anything else does not. The rules before the first plain true are asked in order, in
+        one worker round trip, the context encoded once; the error of a rule that fails
+        before one holds is raised."""
+        settled = next((i for i, check in enumerate(checks) if check is True), None)
+        before = len(checks) if settled is None else settled
+        rules = [i for i in range(before) if _is_rule(checks[i])]
+        calls = [self.load(checks[i], definition).prepare("handler", context) for i in rules]
+        for index, result in zip(rules, self.run_batch(calls, until_true=True), strict=False):
+            if isinstance(result, ScriptError):
+                raise result
+            if result.value:
+                return index
+        return settled
 
     def call(
         self, node: dict[str, Any], definition: WorkflowDefinition, handler: str, *args: Any

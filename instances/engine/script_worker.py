@@ -36,6 +36,7 @@ from typing import Any
 from instances.engine.sandbox import run_call
 from instances.engine.script_wire import (
     decode_argument,
+    decode_result,
     follow_up_context,
     patch_of,
     with_patches,
@@ -314,7 +315,8 @@ class Worker:
         """A batch (see `ScriptPool.run_batch`): each call answered as a call of its own, in
         order, its shared arguments decoded afresh from their JSON text (nothing one call does
         to its context is seen by the next). With `chain`, that argument's instance data takes
-        the patches of the calls before. Stops after a call that exhausted memory."""
+        the patches of the calls before. Stops after a call that exhausted memory, and with
+        `until: true` after the first call that fails or returns a true value."""
         calls = [part for part in request.get("calls") or () if isinstance(part, dict)]
         # Every script must be at hand before any call runs, so none runs twice.
         for part in calls:
@@ -344,6 +346,8 @@ class Worker:
             replies.append(reply)
             if reply.get("recycle"):
                 return {"ok": True, "replies": replies, "recycle": True}
+            if request.get("until") == "true" and not _asks_on(reply):
+                break
             patch = patch_of(reply, str(part.get("patch") or "")) if part.get("patch") else None
             if patch is not None:
                 patches.append(patch)
@@ -374,6 +378,17 @@ class Worker:
         if len(self.compiled) > _CACHE_SIZE:
             self.compiled.popitem(last=False)
         return compiled
+
+
+def _asks_on(reply: dict[str, Any]) -> bool:
+    # In an `until: true` batch: go on after this reply? Not after a failure, nor after a true
+    # value, as the server would read it (a `ScriptResponse`, a datetime: true).
+    if not reply.get("ok"):
+        return False
+    try:
+        return not decode_result(reply.get("result"))
+    except (ValueError, TypeError, KeyError):
+        return False
 
 
 def _shared(item: Any, shared: list[Any]) -> Any:

@@ -180,3 +180,32 @@ class TestAHopWithSeveralScripts:
         assert execution.instance.data == {"n": 20, "tens": True, "last": {"n": 20, "tens": True}}
         assert execution.instance.current_state == "b"
         assert [row.status for row in harness.store.tasks] == ["succeeded"] * 3
+
+    def test_the_rules_of_automatic_transitions_are_one_round_trip(self, pool: ScriptPool):
+        def rule(expression: str) -> dict[str, str]:
+            return script(f"def handler(context):\n    {expression}\n")
+
+        automatic = [
+            transition("first", "one", 1, rule=rule("return False")),
+            transition("second", "two", 1, rule=rule("return context.instance.data['n'] > 0")),
+            # Never asked: the second rule holds.
+            transition("third", "three", 1, rule=rule("while True:\n        pass")),
+        ]
+        document = workflow(
+            [
+                state("a", 1, [transition("go", "gate")]),
+                state("gate", 2, automatic),
+                *(state(key, 3, subType=1) for key in ("one", "two", "three")),
+            ]
+        )
+        harness = Harness(document)
+        harness.engine = Engine(
+            harness.store,
+            harness.components,
+            config=EngineConfig(script_timeout_seconds=1.0, script_executor=pool),
+        )
+        started = harness.start({"n": 1})
+        before = pool.round_trips
+        execution = harness.fire(started.instance.id, "go")
+        assert pool.round_trips - before == 1
+        assert execution.instance.current_state == "two"
