@@ -492,7 +492,7 @@ def automatic_transition(
 ) -> TransitionDef | None:
     """The automatic transition of the instance's state that fires now: the first whose rule
     holds, else a default (`triggerKind: 10`) one; None in a final state or when none does.
-    `context()` makes each rule's context."""
+    `context()` makes the context the rules share (each gets its own copy in the worker)."""
     state = definition.state(instance.current_state)
     if state.is_final:
         return None
