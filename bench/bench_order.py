@@ -17,7 +17,10 @@ database), one connection each, every contender persisting what it normally pers
   the ready user task with its data, serializes the workflow back into the row and inserts a
   history row, in `transaction.atomic()`;
 - this project: the published `bench-order` workflow through `instance_start` /
-  `instance_transition`, the step's field in the request attributes as a client sends it.
+  `instance_transition`, the step's field in the request attributes as a client sends it;
+- this project + scripts: the same workflow with one script task (type 7) on start, submit and
+  approve, its mapping computing a field from the step's input in the script worker pool (one
+  worker round trip per step); set beside django-fsm-2 (issue 32: at least 1x).
 
 Statements per step are counted in a separate, untimed pass: Django's `CaptureQueriesContext`
 for the Django contenders (it lists the BEGIN and COMMIT of a transaction too, since Django 4.2),
@@ -25,7 +28,7 @@ the floor's own count (autocommit: no BEGIN/COMMIT). During the timed rounds an 
 adds up the time the Django contenders spend inside `cursor.execute` (not COMMIT): "sql ms".
 
 `BENCH_PROFILE=1` adds a cProfile of PROFILE_WORKFLOWS workflows of this project (top 25 by
-internal time).
+internal time); `BENCH_PROFILE=scripts`, of this project + scripts.
 
 SpiffWorkflow logs every task state change at INFO; its loggers are set to WARNING here, as an
 application would, so its figures do not include formatting the project's JSON log lines.
@@ -33,6 +36,7 @@ application would, so its figures do not include formatting the project's JSON l
 
 from __future__ import annotations
 
+import copy
 import cProfile
 import logging
 import os
@@ -52,7 +56,14 @@ from django.test.utils import CaptureQueriesContext
 from bench.database import bench_database_url, libpq_url
 from bench.summary import record
 from bench.timing import percentile
-from bench.transition_workflows import DOMAIN, ORDER, order_document
+from bench.transition_workflows import (
+    DOMAIN,
+    ORDER,
+    ORDER_SCRIPTS,
+    TASK_DOCUMENT,
+    TASK_KEY,
+    order_document,
+)
 from instances.models import Instance
 from instances.services import RequestInfo, instance_start, instance_transition
 from workflows.models import Component
@@ -75,6 +86,8 @@ TARGETS = {
     "viewflow": 4.0,
 }
 STATEMENT_TARGET = 6
+# With a script task on each step: this project's workflows/s over django-fsm-2's.
+SCRIPTS_TARGET = 1.0
 
 SPIFF_BPMN = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
@@ -131,10 +144,11 @@ def prepare_database() -> None:
     with connection.schema_editor() as editor:
         for model in (FsmWorkflowOrder, FsmWorkflowOrderLog, SpiffOrder, SpiffOrderHistory):
             editor.create_model(model)
-    Component.objects.filter(domain=DOMAIN, key=ORDER).delete()
-    result = component_publish(document=order_document(), published_by=ACTOR)
-    if result.status != "published":
-        raise RuntimeError(f"{result.ref}: {result.status}")
+    Component.objects.filter(domain=DOMAIN, key__in=(ORDER, ORDER_SCRIPTS, TASK_KEY)).delete()
+    for document in (TASK_DOCUMENT, order_document(), order_document(with_scripts=True)):
+        result = component_publish(document=copy.deepcopy(document), published_by=ACTOR)
+        if result.status != "published":
+            raise RuntimeError(f"{result.ref}: {result.status}")
 
 
 # --- contenders: start() returns a handle; submit(handle), approve(handle) ---------------------
@@ -336,16 +350,19 @@ class ThisProject:
 
     name = "this project"
     django = True
+    workflow = ORDER
 
     def start(self) -> str:
         """Start a `bench-order` instance (it waits in `draft`)."""
-        outcome = instance_start(domain=DOMAIN, workflow=ORDER, body={"attributes": {}}, info=INFO)
+        outcome = instance_start(
+            domain=DOMAIN, workflow=self.workflow, body={"attributes": {}}, info=INFO
+        )
         return str(outcome.instance.id)
 
     def _step(self, ref: str, key: str, attributes: dict[str, Any], state: str) -> None:
         outcome = instance_transition(
             domain=DOMAIN,
-            workflow=ORDER,
+            workflow=self.workflow,
             ref=ref,
             transition_key=key,
             body={"attributes": attributes},
@@ -361,6 +378,13 @@ class ThisProject:
     def approve(self, ref: str) -> None:
         """submitted -> approved (Final) with `decision`."""
         self._step(ref, "approve", {"decision": DECISION}, "approved")
+
+
+class ThisProjectWithScripts(ThisProject):
+    """The same, on `bench-order-scripts`: each step also runs one script task in the pool."""
+
+    name = "this project + scripts"
+    workflow = ORDER_SCRIPTS
 
 
 # --- measuring ----------------------------------------------------------------------------------
@@ -453,7 +477,14 @@ def _count(contender: Any, figures: Figures) -> None:
 def measure() -> list[Figures]:
     """Warm every contender, count its statements, then ROUNDS interleaved timed rounds."""
     raw = RawFloor()
-    contenders: list[Any] = [raw, FsmLibrary(), SpiffLibrary(), ViewflowLibrary(), ThisProject()]
+    contenders: list[Any] = [
+        raw,
+        FsmLibrary(),
+        SpiffLibrary(),
+        ViewflowLibrary(),
+        ThisProject(),
+        ThisProjectWithScripts(),
+    ]
     results = {contender.name: Figures(contender.name) for contender in contenders}
     try:
         for contender in contenders:
@@ -531,8 +562,14 @@ def report(results: list[Figures]) -> None:
             for step in STEPS:
                 verbs = ", ".join(_verb(sql) for sql in item.listing[step])
                 print(f"    {step:<7} {verbs}")
+    scripted = next(item for item in results if item.name == ThisProjectWithScripts.name)
+    fsm = next(item for item in results if item.name.startswith("django-fsm-2"))
+    print(
+        f"  {scripted.name}: {scripted.rate / fsm.rate:.2f}x {fsm.name} by workflows/s, "
+        f"{fsm.p50_total_ms / scripted.p50_total_ms:.2f}x by p50 (target >= {SCRIPTS_TARGET:g}x)"
+    )
     for item in results:
-        if item is ours:
+        if item is ours or item is scripted:
             continue
         key = _peer_key(item.name)
         wanted = TARGETS[key]
@@ -546,6 +583,15 @@ def report(results: list[Figures]) -> None:
             target=f">= {wanted}x",
             met=ratio >= wanted,
         )
+    record(
+        "order + a script task per step workflow/s vs django-fsm-2",
+        scripted.rate,
+        "/s",
+        baseline=fsm.name,
+        baseline_value=fsm.rate,
+        target=f">= {SCRIPTS_TARGET:g}x",
+        met=scripted.rate / fsm.rate >= SCRIPTS_TARGET,
+    )
     record(
         "order statements per workflow",
         ours.per_workflow,
@@ -562,16 +608,17 @@ def report(results: list[Figures]) -> None:
             print(f"    {number:>2}. {_short(sql)}")
 
 
-def profile() -> None:
-    """cProfile of PROFILE_WORKFLOWS workflows of this project (top 25 by internal time)."""
-    contender = ThisProject()
+def profile(contender: ThisProject) -> None:
+    """cProfile of PROFILE_WORKFLOWS workflows of `contender` (top 25 by internal time)."""
     figures = Figures(contender.name)
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(PROFILE_WORKFLOWS):
         _workflow(contender, figures)
     profiler.disable()
-    print(f"\ncProfile of {PROFILE_WORKFLOWS} order workflows of this project (top 25 by tottime)")
+    print(
+        f"\ncProfile of {PROFILE_WORKFLOWS} order workflows of {contender.name} (top 25 by tottime)"
+    )
     pstats.Stats(profiler).strip_dirs().sort_stats("tottime").print_stats(25)
 
 
@@ -596,6 +643,7 @@ def main() -> None:
             else ""
         )
     )
-    if os.environ.get("BENCH_PROFILE"):
-        profile()
+    wanted = os.environ.get("BENCH_PROFILE")
+    if wanted:
+        profile(ThisProjectWithScripts() if wanted == "scripts" else ThisProject())
     print(f"\norder suite: {time.perf_counter() - began:.0f}s")

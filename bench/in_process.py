@@ -1,5 +1,6 @@
 """The "before" of the script benchmarks: script calls run in this process with the sandbox's
-guards but no process boundary. NOT a security boundary; only benchmarks use it."""
+guards but no process boundary. NOT a security boundary; only benchmarks use it, with scripts
+that leave their arguments alone (a context holds the engine's own data: the pool sends copies)."""
 
 from __future__ import annotations
 

@@ -542,18 +542,23 @@ def _base_builtins() -> dict[str, Any]:
 _BASE_BUILTINS = _base_builtins()
 
 
+# Python's default decimal context, never handed to a script itself: each call gets a copy.
+_DECIMAL_DEFAULTS = decimal.Context(
+    prec=28,
+    rounding=decimal.ROUND_HALF_EVEN,
+    Emin=-999999,
+    Emax=999999,
+    capitals=1,
+    clamp=0,
+    flags=[],
+    traps=[decimal.InvalidOperation, decimal.DivisionByZero, decimal.Overflow],
+)
+
+
 def fresh_decimal_context() -> decimal.Context:
-    """The decimal context every call starts in: Python's defaults, built anew each time."""
-    return decimal.Context(
-        prec=28,
-        rounding=decimal.ROUND_HALF_EVEN,
-        Emin=-999999,
-        Emax=999999,
-        capitals=1,
-        clamp=0,
-        flags=[],
-        traps=[decimal.InvalidOperation, decimal.DivisionByZero, decimal.Overflow],
-    )
+    """The decimal context every call starts in: Python's defaults, a new copy each time (a
+    copy has its own flags and traps: nothing one call sets is seen by the next)."""
+    return _DECIMAL_DEFAULTS.copy()
 
 
 # --- running -----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -29,11 +30,19 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from instances.engine.script_wire import WireError, decode_result, encode_argument, json_default
+from instances.engine.script_wire import (
+    ScriptObject,
+    WireError,
+    decode_result,
+    encode_argument,
+    json_default,
+)
 from instances.engine.scripts import (
     ERROR_KINDS,
     ScriptCompileError,
@@ -106,24 +115,30 @@ class ScriptCall:
     digest: str = ""
     then: FollowUp | None = None
     helpers: tuple[ScriptHelper, ...] = ()
+    # In a chained batch (`ScriptPool.run_batch`): where this call's data patch is, "then" (the
+    # follow-up's value) or "result" (the handler's); its data part, when an object. Empty: the
+    # call makes no patch.
+    patch: str = ""
 
     @property
     def source_hash(self) -> str:
         """The content hash workers cache compiled code by."""
         return self.digest or source_hash(self.source)
 
-    def request(self) -> dict[str, Any]:
-        """The request a worker gets for this call (the source is added when it lacks it)."""
+    def request(self, arguments: list[Any] | None = None) -> dict[str, Any]:
+        """The request a worker gets for this call (the source is added when it lacks it);
+        `arguments`: the arguments already encoded (a batch shares some between calls)."""
         return {
             "op": "call",
             "hash": self.source_hash,
             "location": self.location,
             "handler": self.handler,
-            "args": [encode_argument(arg) for arg in self.args],
-            "modules": sorted(self.allowed_modules),
+            "args": [encode_argument(arg) for arg in self.args] if arguments is None else arguments,
+            "modules": _module_list(self.allowed_modules),
             "timeout": self.timeout_seconds,
             "return_args": list(self.return_arguments),
             **({"then": self.then.request()} if self.then else {}),
+            **({"patch": self.patch} if self.patch else {}),
             **(
                 {"helpers": [_helper_entry(helper) for helper in self.helpers]}
                 if self.helpers
@@ -132,22 +147,34 @@ class ScriptCall:
         }
 
     def add_sources(self, request: dict[str, Any], known: set[str] | None = None) -> None:
-        """Put into `request` the source of the script and of each helper whose content hash is
-        not in `known` (every source when `known` is None)."""
-        if known is None or request["hash"] not in known:
+        """Put into `request` the source of the script and of each helper whose `source_key`
+        is not in `known` (every source when `known` is None)."""
+        if known is None or source_key(request) not in known:
             request["source"] = self.source
         for entry, helper in zip(request.get("helpers") or (), self.helpers, strict=True):
-            if known is None or entry["hash"] not in known:
+            if known is None or source_key(entry) not in known:
                 entry["source"] = helper.source
 
-    def source_hashes(self, request: dict[str, Any]) -> list[str]:
-        """The content hashes of the script and its helpers in `request`."""
-        return [request["hash"], *(entry["hash"] for entry in request.get("helpers") or ())]
+    def source_keys(self, request: dict[str, Any]) -> list[str]:
+        """The `source_key`s of the script and its helpers in `request`."""
+        return [source_key(request), *map(source_key, request.get("helpers") or ())]
 
     @property
     def budget_seconds(self) -> float:
         """The wall-clock time the whole exchange may take: each handler has its own budget."""
         return self.timeout_seconds * (2 if self.then else 1)
+
+
+def source_key(entry: dict[str, Any]) -> str:
+    """What a worker caches compiled code by: the content hash and the location (the same
+    source at two locations is compiled twice: its errors name where it is)."""
+    return f"{entry['hash']} {entry['location']}"
+
+
+@functools.lru_cache(maxsize=256)
+def _module_list(modules: frozenset[str]) -> list[str]:
+    # Shared by every request of a script: the encoder only reads it.
+    return sorted(modules)
 
 
 def _helper_entry(helper: ScriptHelper) -> dict[str, Any]:
@@ -213,6 +240,7 @@ class _Worker:
         self.from_worker = process.stdout.fileno()
         self.poller = select.poll()
         self.poller.register(self.from_worker, select.POLLIN)
+        # The `source_key`s of the code this worker has compiled (as far as this side knows).
         self.known_sources: set[str] = set()
 
     def exchange(self, message: bytes, deadline: float, max_payload: int) -> dict[str, Any]:
@@ -294,12 +322,35 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+class _IdleWorkers:
+    """The idle workers; the one given back last is taken first (its caches are warm)."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition(threading.Lock())
+        self._workers: list[_Worker] = []
+
+    def put(self, worker: _Worker) -> None:
+        with self._ready:
+            self._workers.append(worker)
+            self._ready.notify()
+
+    def get(self, timeout: float) -> _Worker:
+        """The last idle worker; `queue.Empty` when none is given back within `timeout`."""
+        with self._ready:
+            if not self._workers and not self._ready.wait_for(self._any, timeout):
+                raise queue.Empty
+            return self._workers.pop()
+
+    def _any(self) -> bool:
+        return bool(self._workers)
+
+
 class ScriptPool:
     """A fixed-size pool of script workers shared by every thread of this process."""
 
     def __init__(self, settings: PoolSettings | None = None) -> None:
         self.settings = settings or PoolSettings()
-        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        self._idle = _IdleWorkers()
         self._all: dict[int, _Worker] = {}
         self._lock = threading.Lock()
         self._spawns: queue.SimpleQueue[_Worker | bool | None] = queue.SimpleQueue()
@@ -310,6 +361,8 @@ class ScriptPool:
         # Workers replaced, and calls stopped at their deadline (the bench checks both are 0).
         self.restarts = 0
         self.timeouts = 0
+        # Exchanges with a worker (a batch is one), as tests count them.
+        self.round_trips = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -388,50 +441,97 @@ class ScriptPool:
         finally:
             script_called(outcome, time.perf_counter() - started)
 
+    def run_batch(
+        self, calls: Sequence[ScriptCall], *, chain: int | None = None, until_true: bool = False
+    ) -> list[ScriptReply | ScriptError]:
+        """Run `calls` one after the other in one worker, in one round trip; each call's reply,
+        or the `ScriptError` it ended with. A context object passed to several calls crosses
+        once (each call still gets its own copy of it, as from a call of its own).
+
+        With `chain`, the argument at that position is a context whose `instance.data` takes,
+        for each call, the data patches of the calls before it (see `ScriptCall.patch`), merged
+        as the engine merges them: the calls run as if each one's output were merged before the
+        next one starts. With `until_true`, the worker stops after the first call that returns
+        a true value or fails (rules asked in order): the results end there."""
+        if not calls:
+            return []
+        started = time.perf_counter()
+        results: list[ScriptReply | ScriptError] = []
+        try:
+            try:
+                reply = self._round_trip(_batch_request(calls, chain, until_true), calls)
+            except ScriptError as exc:
+                # No worker, or the worker was stopped (its deadline, its memory): the calls
+                # it had not answered fail with that error, each as a call of its own would.
+                results = [exc for _ in calls]
+                return results
+            parts = reply.get("replies") if reply.get("ok") else None
+            if not isinstance(parts, list):
+                error = _error_from(reply.get("error") or {}, calls[0].location)
+                results = [error for _ in calls]
+                return results
+            for index, call in enumerate(calls):
+                part = parts[index] if index < len(parts) else None
+                if part is None and until_true:
+                    break  # an earlier call held (or failed): this one was not asked
+                if not isinstance(part, dict):
+                    results.append(
+                        ScriptResourceLimit(
+                            "the script worker stopped before this call", location=call.location
+                        )
+                    )
+                    continue
+                self._log(part, call.location)
+                try:
+                    results.append(_reply_of(part, call))
+                except ScriptError as exc:
+                    results.append(exc)
+            return results
+        finally:
+            elapsed = time.perf_counter() - started
+            for result in results:
+                script_called(_outcome_name(result), elapsed)
+
     def _run(self, call: ScriptCall) -> ScriptReply:
+        request = call.request()
+        reply = self._round_trip(request, (call,))
+        self._log(reply, call.location)
+        return _reply_of(reply, call)
+
+    def _round_trip(self, request: dict[str, Any], calls: Sequence[ScriptCall]) -> dict[str, Any]:
+        """One exchange of `request` (the call of `calls[0]`, or the batch of `calls`) with an
+        idle worker; the worker's answer. Sends each script's source the worker lacks."""
         if not self._started:
             self.start()
-        request = call.request()
+        parts = request["calls"] if request.get("op") == "batch" else [request]
+        first = calls[0]
+        budget = sum(call.budget_seconds for call in calls)
         reply: dict[str, Any] | None = None
         while reply is None:
-            worker = self._acquire(call.location)
+            worker = self._acquire(first.location)
             # Each failed exchange has already given the worker back, or replaced it.
-            call.add_sources(request, worker.known_sources)
+            for call, part in zip(calls, parts, strict=True):
+                call.add_sources(part, worker.known_sources)
             with contextlib.suppress(_WorkerWasDead):
                 # A worker found dead never saw the call: another one takes it.
-                reply = self._exchange(worker, request, call)
+                reply = self._exchange(worker, request, first, budget)
         if reply.get("need_source"):
             # The worker evicted the compiled code since it last saw this script (or helper).
-            call.add_sources(request)
+            for call, part in zip(calls, parts, strict=True):
+                call.add_sources(part)
             try:
-                reply = self._exchange(worker, request, call)
+                reply = self._exchange(worker, request, first, budget)
             except _WorkerWasDead:
                 raise ScriptResourceLimit(
-                    "the script's worker stopped", location=call.location
+                    "the script's worker stopped", location=first.location
                 ) from None
-        worker.known_sources.update(call.source_hashes(request))
+        for call, part in zip(calls, parts, strict=True):
+            worker.known_sources.update(call.source_keys(part))
         if reply.get("recycle"):
             self._replace(worker, "recycled")
         else:
             self._idle.put(worker)
-        self._log(reply, call.location)
-        if not reply.get("ok"):
-            raise _error_from(reply.get("error") or {}, call.location)
-        try:
-            answer = ScriptReply(decode_result(reply.get("result")), reply.get("arguments") or [])
-            if call.then is not None:
-                then = reply.get("then")
-                if not isinstance(then, dict):
-                    raise WireError("the worker did not run the follow-up handler")
-                if then.get("ok"):
-                    answer.follow_up = decode_result(then.get("result"))
-                else:
-                    answer.follow_up_error = _error_from(then.get("error") or {}, call.location)
-            return answer
-        except (WireError, ValueError, TypeError) as exc:
-            raise ScriptError(
-                f"unusable answer from the script worker: {exc}", location=call.location
-            ) from None
+        return reply
 
     def probe(self) -> dict[str, str]:
         """Ask a worker to try what an escaped script would (files, sockets, fork, exec) and
@@ -449,8 +549,10 @@ class ScriptPool:
         return dict(reply.get("probe") or {})
 
     def _exchange(
-        self, worker: _Worker, request: dict[str, Any], call: ScriptCall
+        self, worker: _Worker, request: dict[str, Any], call: ScriptCall, budget: float
     ) -> dict[str, Any]:
+        # Counted before the write: a test pins how many exchanges a hop costs.
+        self.round_trips += 1
         try:
             message = frame(request)
         except (TypeError, ValueError, RecursionError) as exc:
@@ -464,7 +566,7 @@ class ScriptPool:
                 f"the script's arguments are larger than {self.settings.max_payload_bytes:,} bytes",
                 location=call.location,
             )
-        deadline = time.monotonic() + call.budget_seconds + self.settings.grace_seconds
+        deadline = time.monotonic() + budget + self.settings.grace_seconds
         try:
             return worker.exchange(message, deadline, self.settings.max_payload_bytes)
         except _WorkerStuck:
@@ -495,7 +597,7 @@ class ScriptPool:
         if self._closed:
             raise ScriptUnavailable("the script pool is closed", location=location)
         try:
-            return self._idle.get(timeout=self.settings.wait_seconds)
+            return self._idle.get(self.settings.wait_seconds)
         except queue.Empty:
             raise ScriptUnavailable(
                 f"no script worker was free within {self.settings.wait_seconds:g} s",
@@ -596,11 +698,12 @@ def _read_ready(process: subprocess.Popen[bytes], timeout: float) -> dict[str, A
     return dict(ready)
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=json_default)
+
+
 def frame(message: dict[str, Any]) -> bytes:
     """A message as it crosses the pipe: a 4-byte big-endian length, then JSON."""
-    body = json.dumps(
-        message, ensure_ascii=False, separators=(",", ":"), default=json_default
-    ).encode("utf-8", "surrogatepass")
+    body = _ENCODER.encode(message).encode("utf-8", "surrogatepass")
     return _HEADER.pack(len(body)) + body
 
 
@@ -616,6 +719,72 @@ def _error_from(described: dict[str, Any], location: str) -> ScriptError:
         ]
         return ScriptCompileError(problems, location=where)
     return ERROR_KINDS.get(kind, ScriptError)(message, location=where, line=line)
+
+
+def _reply_of(reply: dict[str, Any], call: ScriptCall) -> ScriptReply:
+    """The `ScriptReply` of the worker's answer to `call`; raises the error it reports."""
+    if not reply.get("ok"):
+        raise _error_from(reply.get("error") or {}, call.location)
+    try:
+        answer = ScriptReply(decode_result(reply.get("result")), reply.get("arguments") or [])
+        if call.then is not None:
+            then = reply.get("then")
+            if not isinstance(then, dict):
+                raise WireError("the worker did not run the follow-up handler")
+            if then.get("ok"):
+                answer.follow_up = decode_result(then.get("result"))
+            else:
+                answer.follow_up_error = _error_from(then.get("error") or {}, call.location)
+        return answer
+    except (WireError, ValueError, TypeError) as exc:
+        raise ScriptError(
+            f"unusable answer from the script worker: {exc}", location=call.location
+        ) from None
+
+
+def _batch_request(
+    calls: Sequence[ScriptCall], chain: int | None, until_true: bool = False
+) -> dict[str, Any]:
+    """The worker request of a batch: each context object passed to more than one call is
+    encoded once, as JSON text in `shared`, and each call names it by index (`{"s": i}`)."""
+    uses = Counter(id(arg) for call in calls for arg in call.args if isinstance(arg, ScriptObject))
+    shared: list[str] = []
+    index_of: dict[int, int] = {}
+    requests = []
+    for call in calls:
+        arguments: list[Any] = []
+        for arg in call.args:
+            if not isinstance(arg, ScriptObject) or uses[id(arg)] < 2:
+                arguments.append(encode_argument(arg))
+                continue
+            if id(arg) not in index_of:
+                index_of[id(arg)] = len(shared)
+                try:
+                    shared.append(_ENCODER.encode(encode_argument(arg)))
+                except (TypeError, ValueError, RecursionError) as exc:
+                    raise ScriptError(
+                        f"the script's arguments are not JSON: {exc}", location=call.location
+                    ) from None
+            arguments.append({"s": index_of[id(arg)]})
+        requests.append(call.request(arguments))
+    return {
+        "op": "batch",
+        "calls": requests,
+        "shared": shared,
+        **({"chain": chain} if chain is not None else {}),
+        **({"until": "true"} if until_true else {}),
+    }
+
+
+def _outcome_name(result: ScriptReply | ScriptError) -> str:
+    # The `vnext_script_calls` outcome label of one call.
+    if isinstance(result, ScriptTimeout):
+        return "timeout"
+    if isinstance(result, ScriptResourceLimit):
+        return "resource_limit"
+    if isinstance(result, ScriptUnavailable):
+        return "unavailable"
+    return "error" if isinstance(result, ScriptError) else "ok"
 
 
 # --- the process-wide pool ------------------------------------------------------------------

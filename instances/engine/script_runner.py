@@ -8,12 +8,11 @@ Scripts never run in this process: each call is a round trip to a worker
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, VNextError
@@ -105,20 +104,34 @@ def script_headers(
 
 
 class ScriptExecutor(Protocol):
-    """Runs one script call somewhere isolated (the worker pool in production)."""
+    """Runs one script call somewhere isolated (the worker pool in production). A script
+    gets copies of the call's arguments: the context holds the engine's own instance data and
+    request body (the pool copies them by sending them as JSON)."""
 
     def run(self, call: ScriptCall) -> ScriptReply:
         """Run `call`; raise the `ScriptError` it ends with."""
         ...
 
 
+@runtime_checkable
+class BatchScriptExecutor(ScriptExecutor, Protocol):
+    """An executor that also runs several calls in one round trip (the worker pool)."""
+
+    def run_batch(
+        self, calls: Sequence[ScriptCall], *, chain: int | None = None, until_true: bool = False
+    ) -> list[ScriptReply | ScriptError]:
+        """Run `calls` in order; each one's reply or the `ScriptError` it ended with."""
+        ...
+
+
 def instance_view(instance: InstanceSnapshot) -> ScriptObject:
     """`context.instance`: id, key, data (a copy), data_version (`"1.0.2"`), state, status,
-    domain, flow, version."""
+    domain, flow, version. The data is the instance's own, not a copy: what crosses to a
+    worker is a copy (JSON), so no script can change it (see `ScriptExecutor`)."""
     return ScriptObject(
         id=str(instance.id),
         key=instance.key,
-        data=copy.deepcopy(instance.data),
+        data=instance.data,
         data_version=instance.data_version_text,
         state=instance.current_state,
         status=str(instance.status),
@@ -141,10 +154,11 @@ def script_context(
     configuration: dict[str, Any] | None = None,
 ) -> ScriptObject:
     """The `context` argument of every handler. `configuration` holds the values the operator
-    chose to show scripts (`VNEXT_SCRIPT_CONFIGURATION`), never settings or secrets."""
+    chose to show scripts (`VNEXT_SCRIPT_CONFIGURATION`), never settings or secrets. Like the
+    data, `body` is the request's own: only copies of both reach a script."""
     return ScriptObject(
         instance=instance_view(instance),
-        body=copy.deepcopy(body) if body is not None else {},
+        body=body if body is not None else {},
         headers=dict(headers or {}),
         query=dict(query or {}),
         transition=ScriptObject(key=transition_key),
@@ -200,33 +214,57 @@ class ScriptHandle:
             )
         return self._exchange(name, args, updates, then)
 
+    def prepare(
+        self,
+        name: str,
+        *args: Any,
+        updates: tuple[int, ...] = (),
+        then: FollowUp | None = None,
+        patch: str = "",
+    ) -> ScriptCall:
+        """The call of handler `name` with `args` (and follow-up `then`), to run with others
+        in one round trip (`ScriptRunner.run_batch`); `patch` as in `ScriptCall.patch`."""
+        for handler in (name, then.handler if then else name):
+            if not self.has(handler):
+                raise ScriptError(
+                    f"the script defines no {handler!r} handler", location=self.compiled.location
+                )
+        return ScriptCall(
+            source=self.source,
+            location=self.compiled.location,
+            handler=name,
+            args=args,
+            allowed_modules=self.allowed_modules,
+            timeout_seconds=self.runner.timeout_seconds,
+            return_arguments=updates,
+            digest=self.compiled.source_hash,
+            then=then,
+            helpers=self.helpers,
+            patch=patch,
+        )
+
     def _exchange(
         self, name: str, args: tuple[Any, ...], updates: tuple[int, ...], then: FollowUp | None
     ) -> ScriptReply:
-        if not self.has(name):
-            raise ScriptError(
-                f"the script defines no {name!r} handler", location=self.compiled.location
-            )
-        reply = self.runner.executor.run(
-            ScriptCall(
-                source=self.source,
-                location=self.compiled.location,
-                handler=name,
-                args=args,
-                allowed_modules=self.allowed_modules,
-                timeout_seconds=self.runner.timeout_seconds,
-                return_arguments=updates,
-                digest=self.compiled.source_hash,
-                then=then,
-                helpers=self.helpers,
-            )
-        )
-        for position, state in zip(updates, reply.arguments, strict=False):
-            target = args[position]
-            if isinstance(target, ScriptObject) and isinstance(state, dict):
-                vars(target).clear()
-                vars(target).update(_plain_attributes(state))
+        call = self.prepare(name, *args, updates=updates, then=then)
+        reply = self.runner.executor.run(call)
+        apply_updates(call, reply)
         return reply
+
+
+def apply_updates(call: ScriptCall, reply: ScriptReply) -> None:
+    """Give the context objects of `call` at its `return_arguments` the attribute values the
+    handler left them with."""
+    for position, state in zip(call.return_arguments, reply.arguments, strict=False):
+        target = call.args[position]
+        if isinstance(target, ScriptObject) and isinstance(state, dict):
+            vars(target).clear()
+            vars(target).update(_plain_attributes(state))
+
+
+def _is_rule(check: Any) -> bool:
+    # A rule script of `ScriptRunner.first_holding`: a script object with code.
+    return isinstance(check, dict) and bool(check.get("code"))
 
 
 def _helper_references(scripts: Any) -> list[dict[str, Any]]:
@@ -270,6 +308,54 @@ class ScriptRunner:
         references = [*_helper_references(workflow_scripts), *_helper_references(local)]
         helpers = self._helpers(references, definition) if references else ()
         return ScriptHandle(self, compiled, source, definition.allowed_modules | extra, helpers)
+
+    @property
+    def batches(self) -> bool:
+        """True when the executor runs a batch in one round trip, `chain` included."""
+        return isinstance(self.executor, BatchScriptExecutor)
+
+    def run_batch(
+        self, calls: list[ScriptCall], *, chain: int | None = None, until_true: bool = False
+    ) -> list[ScriptReply | ScriptError]:
+        """Run `calls` in one worker round trip (see `ScriptPool.run_batch`), each call's
+        reply or error; an executor that cannot batch (see `batches`) runs them one by one,
+        without `chain`."""
+        executor = self.executor
+        if isinstance(executor, BatchScriptExecutor):
+            results = executor.run_batch(calls, chain=chain, until_true=until_true)
+        else:
+            results = []
+            for call in calls:
+                try:
+                    results.append(executor.run(call))
+                except ScriptError as exc:
+                    results.append(exc)
+                last = results[-1]
+                if until_true and (isinstance(last, ScriptError) or last.value):
+                    break
+        for call, result in zip(calls, results, strict=False):  # until_true: fewer results
+            if isinstance(result, ScriptReply):
+                apply_updates(call, result)
+        return results
+
+    def first_holding(
+        self, checks: list[Any], definition: WorkflowDefinition, context: ScriptObject
+    ) -> int | None:
+        """The index of the first of `checks` that holds, None when none does: a rule script
+        (a node with `code`) holds when its `handler(context)` returns a true value, `True`
+        holds, anything else does not. The rules before the first plain true are asked in order, in
+        one worker round trip, the context encoded once; the error of a rule that fails
+        before one holds is raised."""
+        settled = next((i for i, check in enumerate(checks) if check is True), None)
+        before = len(checks) if settled is None else settled
+        rules = [i for i in range(before) if _is_rule(checks[i])]
+        calls = [self.load(checks[i], definition).prepare("handler", context) for i in rules]
+        for index, result in zip(rules, self.run_batch(calls, until_true=True), strict=False):
+            if isinstance(result, ScriptError):
+                raise result
+            if result.value:
+                return index
+        return settled
 
     def call(
         self, node: dict[str, Any], definition: WorkflowDefinition, handler: str, *args: Any

@@ -11,6 +11,7 @@ surrogates (PostgreSQL refuses both), non-finite floats and integers too long to
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import decimal
 import math
@@ -123,6 +124,48 @@ def follow_up_context(
         raise WireError("the follow-up's context is not a context object")
     context.body = {**body, "data": {"result": bool(value)} if condition else value}
     return context
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """`patch` merged into `target` as the engine merges a data patch (objects key by key,
+    recursively; anything else replaces the target): `instances.engine.records.deep_merge`,
+    which this process cannot import (it loads Django); a test holds the two together."""
+    if not isinstance(target, dict) or not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target)
+    for key, value in patch.items():
+        merged[key] = merge_patch(target[key], value) if key in target else copy.deepcopy(value)
+    return merged
+
+
+def with_patches(encoded_context: Any, patches: list[dict[str, Any]]) -> Any:
+    """An encoded context whose `instance.data` has `patches` merged into it, in order."""
+    try:
+        data_slot = encoded_context["o"]["instance"]["o"]["data"]
+        data = data_slot["v"]
+    except (KeyError, TypeError):
+        raise WireError("the chained argument is not a context with instance data") from None
+    for patch in patches:
+        data = merge_patch(data, patch)
+    data_slot["v"] = data
+    return encoded_context
+
+
+def patch_of(reply: dict[str, Any], source: str) -> dict[str, Any] | None:
+    """The data patch a worker reply makes (see `ScriptCall.patch`): the data part of the
+    follow-up's (`then`) or the handler's (`result`) value, when an object; else None."""
+    if not reply.get("ok"):
+        return None
+    part = reply.get("then") if source == "then" else reply
+    if not isinstance(part, dict) or not part.get("ok", True):
+        return None
+    tagged = part.get("result")
+    if not isinstance(tagged, dict):
+        return None
+    value = tagged.get("v")
+    if tagged.get("t") == "response":
+        value = (value or {}).get("data")
+    return value if isinstance(value, dict) and value else None
 
 
 def decode_argument(encoded: Any) -> Any:

@@ -34,7 +34,13 @@ from collections import OrderedDict
 from typing import Any
 
 from instances.engine.sandbox import run_call
-from instances.engine.script_wire import decode_argument, follow_up_context
+from instances.engine.script_wire import (
+    decode_argument,
+    decode_result,
+    follow_up_context,
+    patch_of,
+    with_patches,
+)
 from instances.engine.scripts import (
     SCRIPT_MODULES,
     CompiledScript,
@@ -50,6 +56,7 @@ _PRELOADED_CODECS = (
     "unicode-escape", "raw-unicode-escape",
 )  # fmt: skip
 _CACHE_SIZE = 512
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
@@ -175,15 +182,33 @@ def _write_all(data: bytes) -> None:
         view = view[written:]
 
 
-def _read_exactly(size: int) -> bytes | None:
-    chunks = []
-    while size:
+def _read_exactly(size: int, start: bytes = b"") -> bytes | None:
+    chunks = [start]
+    size -= len(start)
+    while size > 0:
         chunk = os.read(0, min(size, 1 << 20))
         if not chunk:
             return None
         chunks.append(chunk)
         size -= len(chunk)
     return b"".join(chunks)
+
+
+def _read_frame(max_payload: int) -> bytes | None:
+    """The next request's body; None when stdin ended or the frame is over `max_payload`.
+    A request nearly always arrives whole: header and body come from one read."""
+    buffer = os.read(0, 1 << 16)
+    if not buffer:
+        return None
+    header = _read_exactly(_HEADER.size, buffer[: _HEADER.size])
+    if header is None:
+        return None
+    (length,) = _HEADER.unpack(header)
+    body = buffer[_HEADER.size :]
+    # The server sends one request at a time and waits for its answer: nothing follows it.
+    if length > max_payload or len(body) > length:
+        return None  # the server never sends this; treat it as a broken pipe
+    return _read_exactly(length, body)
 
 
 class Worker:
@@ -196,18 +221,12 @@ class Worker:
     def serve(self) -> None:
         """Answer requests until the server closes stdin."""
         while True:
-            header = _read_exactly(_HEADER.size)
-            if header is None:
-                return
-            (length,) = _HEADER.unpack(header)
-            if length > self.max_payload:
-                return  # the server never sends this much; treat it as a broken pipe
-            body = _read_exactly(length)
+            body = _read_frame(self.max_payload)
             if body is None:
                 return
             request = json.loads(body)
             reply = self.answer(request)
-            encoded = json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode()
+            encoded = _ENCODER.encode(reply).encode()
             if len(encoded) > self.max_payload:
                 too_large = ScriptError(
                     f"the script's answer is larger than {self.max_payload:,} bytes",
@@ -224,6 +243,8 @@ class Worker:
         the script, imported by the script under `name`."""
         if request.get("op") == "probe":
             return {"ok": True, "probe": probe()}
+        if request.get("op") == "batch":
+            return self.answer_batch(request)
         location = str(request["location"])
         try:
             compiled = self._compiled(str(request["hash"]), location, request.get("source"))
@@ -290,6 +311,48 @@ class Worker:
         reply["log"] = log
         return reply
 
+    def answer_batch(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A batch (see `ScriptPool.run_batch`): each call answered as a call of its own, in
+        order, its shared arguments decoded afresh from their JSON text (nothing one call does
+        to its context is seen by the next). With `chain`, that argument's instance data takes
+        the patches of the calls before. Stops after a call that exhausted memory, and with
+        `until: true` after the first call that fails or returns a true value."""
+        calls = [part for part in request.get("calls") or () if isinstance(part, dict)]
+        # Every script must be at hand before any call runs, so none runs twice.
+        for part in calls:
+            try:
+                compiled = self._compiled(
+                    str(part["hash"]), str(part["location"]), part.get("source")
+                )
+                helpers = self._helpers(part.get("helpers"))
+            except ScriptCompileError:
+                continue  # reported by the call itself
+            if compiled is None or None in helpers.values():
+                return {"ok": False, "need_source": True}
+        shared = request.get("shared") or []
+        chain = request.get("chain")
+        patches: list[dict[str, Any]] = []
+        replies: list[dict[str, Any]] = []
+        for part in calls:
+            location = str(part.get("location") or "script")
+            try:
+                args = [_shared(item, shared) for item in part.get("args") or ()]
+                if isinstance(chain, int) and patches:
+                    args[chain] = with_patches(args[chain], patches)
+            except (ValueError, TypeError, KeyError, IndexError) as exc:
+                replies.append(_failure(ScriptError(f"malformed batch: {exc}", location=location)))
+                continue
+            reply = self.answer({**part, "args": args})
+            replies.append(reply)
+            if reply.get("recycle"):
+                return {"ok": True, "replies": replies, "recycle": True}
+            if request.get("until") == "true" and not _asks_on(reply):
+                break
+            patch = patch_of(reply, str(part.get("patch") or "")) if part.get("patch") else None
+            if patch is not None:
+                patches.append(patch)
+        return {"ok": True, "replies": replies}
+
     def _helpers(self, entries: Any) -> dict[str, CompiledScript | None]:
         """The helper libraries declared for the script, by the name it imports them by (None
         for one neither cached nor sent)."""
@@ -315,6 +378,24 @@ class Worker:
         if len(self.compiled) > _CACHE_SIZE:
             self.compiled.popitem(last=False)
         return compiled
+
+
+def _asks_on(reply: dict[str, Any]) -> bool:
+    # In an `until: true` batch: go on after this reply? Not after a failure, nor after a true
+    # value, as the server would read it (a `ScriptResponse`, a datetime: true).
+    if not reply.get("ok"):
+        return False
+    try:
+        return not decode_result(reply.get("result"))
+    except (ValueError, TypeError, KeyError):
+        return False
+
+
+def _shared(item: Any, shared: list[Any]) -> Any:
+    # A batch argument: its own encoding, or `{"s": i}` for the i-th shared one, decoded anew.
+    if isinstance(item, dict) and set(item) == {"s"}:
+        return json.loads(shared[int(item["s"])])
+    return item
 
 
 def _failure(error: ScriptError) -> dict[str, Any]:

@@ -492,22 +492,22 @@ def automatic_transition(
 ) -> TransitionDef | None:
     """The automatic transition of the instance's state that fires now: the first whose rule
     holds, else a default (`triggerKind: 10`) one; None in a final state or when none does.
-    `context()` makes each rule's context."""
+    `context()` makes the context the rules share (each gets its own copy in the worker)."""
     state = definition.state(instance.current_state)
     if state.is_final:
         return None
     candidates = definition.auto_transitions(state.key)
-    ruled = [t for t in candidates if not t.is_default_auto]
-    defaults = [t for t in candidates if t.is_default_auto]
-    for transition in ruled + defaults:
-        rule = transition.raw.get("rule")
-        if isinstance(rule, dict) and rule.get("code"):
-            if not engine.scripts.call(rule, definition, "handler", context()):
-                continue
-        elif not transition.is_default_auto:
-            continue
-        return transition
-    return None
+    ordered = [t for t in candidates if not t.is_default_auto]
+    ordered += [t for t in candidates if t.is_default_auto]
+    # Each one's rule, or without one whether it is a default; the rules in one round trip.
+    checks = [
+        rule
+        if isinstance(rule := t.raw.get("rule"), dict) and rule.get("code")
+        else t.is_default_auto
+        for t in ordered
+    ]
+    picked = engine.scripts.first_holding(checks, definition, context())
+    return None if picked is None else ordered[picked]
 
 
 class ScheduleTransitionsStep(Step):

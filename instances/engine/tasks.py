@@ -24,7 +24,7 @@ from instances.engine.fan_out import (
 )
 from instances.engine.ports import Components, InstanceReader, InstanceWriter, SubprocessParent
 from instances.engine.records import InstanceSnapshot, Rederive, TaskRow
-from instances.engine.script_pool import FollowUp, ScriptReply
+from instances.engine.script_pool import FollowUp, ScriptCall, ScriptReply
 from instances.engine.script_runner import (
     ScriptHandle,
     ScriptObject,
@@ -85,6 +85,9 @@ class TaskOutcome:
     # Makes `patch` again from other data (the output handler, or a pure task's whole run);
     # None when the patch does not depend on the data.
     rederive: Rederive | None = None
+    # Run in a chained batch: `patch` was made on the data with the outputs of its group's
+    # tasks before it merged already, so merging it needs no second run.
+    chained: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,17 +194,10 @@ class TaskRunner:
         for _, group_iter in groupby(indexed, key=lambda pair: int(pair[1].get("order") or 1)):
             group = [reference for _, reference in group_iter]
 
-            def one(reference: dict[str, Any]) -> TaskOutcome:
-                return self._run_one(reference, scope)
-
-            if len(group) == 1:
-                outcomes = [one(group[0])]
-            else:
-                with ThreadPoolExecutor(max_workers=min(len(group), 8)) as pool:
-                    outcomes = list(pool.map(self._in_worker(one), group))
+            outcomes = self._run_group(group, scope)
             merged = False
             for outcome in outcomes:
-                if merged and outcome.rederive is not None:
+                if merged and outcome.rederive is not None and not outcome.chained:
                     # Tasks of one order ran side by side on the same data: their outputs are
                     # merged one after the other, each made from the data with the outputs
                     # before it merged (two counters bumped by two tasks both count).
@@ -220,6 +216,75 @@ class TaskRunner:
             if on_failed(outcome, reference):
                 return
 
+    def _run_group(self, group: list[dict[str, Any]], scope: _TaskScope) -> list[TaskOutcome]:
+        """The outcomes of one group's tasks, in definition order."""
+        if len(group) == 1:
+            return [self._run_one(group[0], scope)]
+        chained = self._run_pure_group(group, scope)
+        if chained is not None:
+            return chained
+
+        def one(reference: dict[str, Any]) -> TaskOutcome:
+            return self._run_one(reference, scope)
+
+        with ThreadPoolExecutor(max_workers=min(len(group), 8)) as pool:
+            return list(pool.map(self._in_worker(one), group))
+
+    def _run_pure_group(
+        self, group: list[dict[str, Any]], scope: _TaskScope
+    ) -> list[TaskOutcome] | None:
+        """A group of script and condition tasks, each with an input handler: every handler
+        of the group in one worker round trip, the context encoded once, each task's handlers
+        seeing the data with the outputs of the tasks before it merged (what merging them one
+        after the other makes of tasks run side by side). None for any other group, or when
+        the executor cannot batch."""
+        if not self.scripts.batches:
+            return None
+        plans: list[tuple[dict[str, Any], str, dict[str, Any], ScriptHandle]] = []
+        for reference in group:
+            document = self.components.component("task", reference.get("task") or {})
+            attributes = (document or {}).get("attributes") or {}
+            task_type = str(attributes.get("type"))
+            script = self._mapping_script(reference, scope.definition)
+            if task_type not in PURE_TASK_TYPES or script is None:
+                return None
+            if not script.has("input_handler"):
+                return None
+            plans.append((reference, task_type, attributes, script))
+        context = self._context(scope)
+        prepared: list[_Prepared] = []
+        for reference, task_type, attributes, script in plans:
+            key = str((reference.get("task") or {}).get("key", "?"))
+            task = _task_view(key, task_type, attributes.get("config") or {})
+            then = _follow_up(task_type) if script.has("output_handler") else None
+            # Where the task's data patch is: its output handler's value, or a script task's
+            # own result (a condition task without an output handler writes nothing).
+            patch = "then" if then else ("result" if task_type == TaskType.SCRIPT else "")
+            call = script.prepare(
+                "input_handler", task, context, updates=(0,), then=then, patch=patch
+            )
+            prepared.append(_Prepared(task, context, call))
+        replies = self.scripts.run_batch([item.call for item in prepared], chain=1)
+        outcomes = []
+        for (reference, *_), item, reply in zip(plans, prepared, replies, strict=True):
+            item.reply = reply
+            outcome = self._run_one(reference, scope, item)
+            outcome.chained = True
+            outcomes.append(outcome)
+        return outcomes
+
+    def _context(self, scope: _TaskScope) -> ScriptObject:
+        """The `context` of the input and output handlers of `scope`'s tasks."""
+        return script_context(
+            scope.instance,
+            transition_key=scope.transition_key,
+            body=scope.body,
+            headers=scope.headers,
+            query=scope.query,
+            task_responses=scope.task_responses,
+            configuration=self.configuration,
+        )
+
     def _in_worker(self, action: Callable[[dict[str, Any]], TaskOutcome]) -> Callable[..., Any]:
         def run(reference: dict[str, Any]) -> TaskOutcome:
             try:
@@ -230,8 +295,11 @@ class TaskRunner:
 
         return run
 
-    def _run_one(self, reference: dict[str, Any], scope: _TaskScope) -> TaskOutcome:
-        """Run one task reference; a failure is the outcome's, never raised."""
+    def _run_one(
+        self, reference: dict[str, Any], scope: _TaskScope, prepared: _Prepared | None = None
+    ) -> TaskOutcome:
+        """Run one task reference; a failure is the outcome's, never raised. `prepared`: its
+        input handler already ran, in a batch."""
         task_ref = reference.get("task") or {}
         run = _TaskRun(
             key=str(task_ref.get("key", "?")),
@@ -250,14 +318,19 @@ class TaskRunner:
             task_type = str(attributes.get("type"))
             if task_type == TaskType.FAN_OUT:
                 return self._fan_out_outcome(run, attributes, reference)
-            return self._execute(run, reference, task_type, attributes)
+            return self._execute(run, reference, task_type, attributes, prepared)
         except TaskFailure as failure:
             failure.task_key = run.key
             response_dict = failure.response.as_dict() if failure.response else None
             return run.outcome(TaskStatus.FAILED, response_dict, failure=failure)
 
     def _execute(
-        self, run: _TaskRun, reference: dict[str, Any], task_type: str, attributes: dict[str, Any]
+        self,
+        run: _TaskRun,
+        reference: dict[str, Any],
+        task_type: str,
+        attributes: dict[str, Any],
+        prepared: _Prepared | None = None,
     ) -> TaskOutcome:
         """Run a task of a type with an executor: input handler, the call, output handler."""
         scope = run.scope
@@ -267,18 +340,15 @@ class TaskRunner:
                 Codes.TASK_UNSUPPORTED,
                 f"task type {task_type} ({run.key}) is not supported by this runtime",
             )
-        task = _task_view(run.key, task_type, attributes.get("config") or {})
         script = self._mapping_script(reference, scope.definition)
-        context = script_context(
-            scope.instance,
-            transition_key=scope.transition_key,
-            body=scope.body,
-            headers=scope.headers,
-            query=scope.query,
-            task_responses=scope.task_responses,
-            configuration=self.configuration,
+        if prepared is not None:
+            task, context = prepared.task, prepared.context
+        else:
+            task = _task_view(run.key, task_type, attributes.get("config") or {})
+            context = self._context(scope)
+        input_data, chained = self._input(
+            run.key, task_type, task, script, context, prepared.reply if prepared else None
         )
-        input_data, chained = self._input(run.key, task_type, task, script, context)
         call = self._call(task, input_data, scope.instance, mapping=script, context=context)
         try:
             response = executor(call)
@@ -318,26 +388,24 @@ class TaskRunner:
         task: ScriptObject,
         script: ScriptHandle | None,
         context: ScriptObject,
+        prepared: ScriptReply | ScriptError | None = None,
     ) -> tuple[Any, ScriptReply | None]:
         """The input handler's data for the call (it may change `task`: url, headers, body),
-        and, for a pure task with an output handler, the reply that ran both handlers."""
+        and, for a pure task with an output handler, the reply that ran both handlers.
+        `prepared`: what the handlers did in a batch (see `_run_pure_group`)."""
         if script is None or not script.has("input_handler"):
             return None, None
         chained: ScriptReply | None = None
         try:
-            if task_type in PURE_TASK_TYPES and script.has("output_handler"):
+            if prepared is not None:
+                if isinstance(prepared, ScriptError):
+                    raise prepared
+                returned = prepared.value
+                chained = prepared if script.has("output_handler") else None
+            elif task_type in PURE_TASK_TYPES and script.has("output_handler"):
                 # Nothing happens between the handlers: both in one worker round trip.
                 chained = script.call_then(
-                    "input_handler",
-                    task,
-                    context,
-                    updates=(0,),
-                    then=FollowUp(
-                        "output_handler",
-                        context_position=1,
-                        body=StandardResponse(status_code=200).as_dict(),
-                        condition=task_type == TaskType.CONDITION,
-                    ),
+                    "input_handler", task, context, updates=(0,), then=_follow_up(task_type)
                 )
                 returned = chained.value
             else:
@@ -515,6 +583,27 @@ class TaskRunner:
         if task_type == TaskType.SCRIPT and isinstance(response.data, dict):
             return response.data
         return {}
+
+
+@dataclass
+class _Prepared:
+    """A task of a batched group: its `task` and `context` arguments, its input handler's call
+    and, once the batch ran, that call's reply or error."""
+
+    task: ScriptObject
+    context: ScriptObject
+    call: ScriptCall
+    reply: ScriptReply | ScriptError | None = None
+
+
+def _follow_up(task_type: str) -> FollowUp:
+    # A pure task's output handler, run right after its input handler in the same exchange.
+    return FollowUp(
+        "output_handler",
+        context_position=1,
+        body=StandardResponse(status_code=200).as_dict(),
+        condition=task_type == TaskType.CONDITION,
+    )
 
 
 def _rederive_outcome(outcome: TaskOutcome, data: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from instances.engine.outcomes import PipelineFault
-from instances.engine.script_pool import PoolSettings, ScriptCall, ScriptPool
+from instances.engine.script_pool import PoolSettings, ScriptCall, ScriptPool, source_key
 from instances.engine.scripts import (
     DEFAULT_ALLOWED_MODULES,
     ScriptCompileError,
@@ -237,7 +237,9 @@ class TestIsolationBetweenCalls:
         fresh = helper("fresh", "def value():\n    return 'resent'\n")
         [worker] = single_worker._all.values()
         # The pool believes the worker has it; the worker does not, asks, and gets it.
-        worker.known_sources.add(fresh.compiled.source_hash)
+        worker.known_sources.add(
+            source_key({"hash": fresh.compiled.source_hash, "location": fresh.compiled.location})
+        )
         assert call(
             single_worker, "import fresh\n" + handler_of("return fresh.value()"), fresh
         ) == ("resent")
