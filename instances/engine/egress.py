@@ -20,7 +20,9 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
@@ -223,8 +225,8 @@ class EgressTransport(httpx.HTTPTransport):
         # httpx offers no hook for the network backend: the same pool as its own, with ours.
         # No limit of the pool's own: what bounds the calls in flight is the fan-out bulkheads
         # and the threads making them. httpx's defaults would add a narrower one: a call past
-        # its 100 connections waits for a free one, and past 20 kept alive each answer closes
-        # its connection, so the next call pays a new TCP (and TLS) handshake.
+        # 100 connections waits for a free one, and once more than 20 are open each answer
+        # closes its connection, so the next call pays a new TCP (and TLS) handshake.
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context,
             network_backend=_VettedBackend(),
@@ -244,24 +246,46 @@ def egress_client(*, verify: bool = True) -> httpx.Client:
     )
 
 
-# Each thread's clients by TLS setting (`verify`).
-_thread_clients = threading.local()
+_clients: dict[bool, httpx.Client] = {}
+_clients_lock = threading.Lock()
 
 
 def shared_client(verify: bool) -> httpx.Client:
-    """The calling thread's keep-alive client for one TLS setting (`verify`), shared by all of
-    that thread's calls, under the egress policy and keeping no cookies."""
-    # A client per thread, not per process: httpcore's pool serves every request under one lock
-    # and matches each queued request against every connection (twice a call), so with a few
-    # dozen calls in flight a shared client spends more CPU than the call (1.6 ms instead of
-    # 0.5 ms a call at 36 in flight), all of it under the interpreter lock. Threads that make
-    # calls (HTTP, job runner, fan-out items) live long, so each keeps its connections alive
-    # between calls: a new client costs ~28 ms of TLS set-up per call. No client keeps
-    # cookies, so nothing one call receives goes with another workflow's call.
-    clients: dict[bool, httpx.Client] | None = getattr(_thread_clients, "by_verify", None)
-    if clients is None:
-        clients = _thread_clients.by_verify = {}
-    client = clients.get(verify)
+    """The process's keep-alive client for one TLS setting (`verify`), under the egress policy
+    and keeping no cookies."""
+    # One client per TLS setting for the process: its connection pool keeps connections alive
+    # between calls (a new client costs ~28 ms of TLS set-up per call). It keeps no cookies, so
+    # nothing one call receives goes with another workflow's call.
+    client = _clients.get(verify)
     if client is None:
-        client = clients[verify] = egress_client(verify=verify)
+        with _clients_lock:
+            client = _clients.get(verify)
+            if client is None:
+                client = egress_client(verify=verify)
+                _clients[verify] = client
     return client
+
+
+# Idle clients by TLS setting, the last one given back on top (its connections are the warmest).
+_idle_clients: dict[bool, deque[httpx.Client]] = {True: deque(), False: deque()}
+
+
+@contextmanager
+def pooled_client(verify: bool) -> Iterator[httpx.Client]:
+    """A keep-alive client under the egress policy for one call at a time (an HTTP task's):
+    an idle one, else a new one; given back after the call for the next one to reuse."""
+    # Not `shared_client` for calls that run many at once (fan-out items): httpcore's pool
+    # serves every request under one lock and matches each queued request against every open
+    # connection, twice a call, so 36 calls in flight on one client cost 1.6 ms of CPU each
+    # (1.0 ms with a client each), under the interpreter lock. There are as many clients as
+    # calls were ever in flight at once, bounded by the threads making them; `deque` pops and
+    # appends are atomic, so taking and giving back need no lock of their own.
+    idle = _idle_clients[verify]
+    try:
+        client = idle.pop()
+    except IndexError:
+        client = egress_client(verify=verify)
+    try:
+        yield client
+    finally:
+        idle.append(client)
