@@ -7,23 +7,36 @@
    made one after another with the same client: the difference per item is what the engine
    adds (clone, the item handler's script round trip, the item's thread and bookkeeping).
 3. Three SubProcess starts in one batch (children with their own start transition).
+4. The load profile of issue 32: 12 instances x 8 items of a 150 ms target, maxDegreeOfParallelism
+   3, all 12 transitions let go at once: the effective concurrency (items x delay / the wall from
+   letting them go to the last one's answer) against the ceiling 12 x 3 = 36, the most calls the
+   target saw at once, and where an item's time went (`bench.fanout_probe`). Then 4 x 3 items,
+   which need no queueing at all: the wall against the target's delay (150 ms and 1.5 s).
+   The clients are 12 threads that live across rounds, as a server's request threads do (each
+   keeps its database connection).
 
-Each figure is the fan-out task's own journal duration (the batch, from selection to output),
+Figures 1-3 are the fan-out task's own journal duration (the batch, from selection to output),
 the median of several transitions; rounds alternate with the floors so machine noise falls on
-both alike.
+both alike. Figure 4 is the median of its rounds. httpx's INFO line per request is kept out of
+the output (~50 us a call, measured; an operator's log level decides it in production).
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from django.db import connection
 
 from bench.bench_transitions import INFO, prepare_database
+from bench.fanout_probe import FanOutProbe
 from bench.summary import record
 from instances.models import InstanceTask
 from instances.services import instance_start, instance_transition
@@ -37,6 +50,10 @@ INNER = {"key": "bench-fan-inner", "domain": "core", "version": "1.0.0", "flow":
 FAN = {"key": "bench-fan", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
 CHILD_INNER = {"key": "bench-fan-child", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
 CHILD_FAN = {"key": "bench-fan-children", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
+LOAD_FAN = {"key": "bench-fan-load", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
+# Issue 32's load profile: instances x items, the batch width, the target's delay.
+LOAD_INSTANCES, LOAD_ITEMS, LOAD_WIDTH, LOAD_DELAY_MS = 12, 8, 3, 150
+LOAD_ROUNDS = 5
 
 HTTP_MAPPING = """
 def item_input_handler(task, context, item):
@@ -124,6 +141,8 @@ def _publish() -> None:
         _flow("bench-fan-flow", FAN, HTTP_MAPPING),
         _flow("bench-fan-serial-flow", serial, HTTP_MAPPING),
         _flow("bench-fan-children-flow", CHILD_FAN, CHILD_MAPPING),
+        _task(LOAD_FAN, "21", _fan_config(INNER, LOAD_WIDTH)),
+        _flow("bench-fan-load-flow", LOAD_FAN, HTTP_MAPPING),
     ):
         component_publish(document=document)
 
@@ -169,10 +188,145 @@ def _median(action: Callable[[], float]) -> float:
     return statistics.median(action() for _ in range(ROUNDS))
 
 
+@dataclass
+class LoadRound:
+    """One round of the load profile: its wall, the target's peak, where the items' time went
+    (ms per item) and the hop's own work before and after its batch (ms per transition)."""
+
+    wall: float
+    peak: int
+    breakdown: dict[str, float]
+    before_batch: float
+    after_batch: float
+
+
+class LoadProfile:
+    """Client threads that live across rounds; each round lets one transition per instance go at
+    once and waits for all of them."""
+
+    def __init__(self, stub: str, clients: int) -> None:
+        self.stub = stub
+        self.clients = clients
+        self.pool = ThreadPoolExecutor(clients, thread_name_prefix="bench-client")
+        self.probe = FanOutProbe()
+        self.peaks = httpx.Client()
+
+    def close(self) -> None:
+        """Stop the client threads (closing their database connections)."""
+        # One task per thread (the barrier holds each until all run): each closes its own.
+        gate = threading.Barrier(self.clients)
+
+        def close_own() -> None:
+            gate.wait()
+            connection.close()
+
+        for done in [self.pool.submit(close_own) for _ in range(self.clients)]:
+            done.result()
+        self.pool.shutdown()
+        self.peaks.close()
+
+    def round(self, instances: int, items: int, delay_ms: int) -> LoadRound:
+        """Start `instances` instances of `items` items, then run all their batches at once."""
+        ids = [
+            str(
+                instance_start(
+                    domain="core",
+                    workflow="bench-fan-load-flow",
+                    body={"attributes": {"items": [delay_ms] * items}},
+                    info=INFO,
+                ).instance.id
+            )
+            for _ in range(instances)
+        ]
+        gate = threading.Barrier(instances + 1)
+        ended: dict[str, float] = {}
+
+        def fire(instance_id: str) -> None:
+            gate.wait()
+            instance_transition(
+                domain="core", workflow="bench-fan-load-flow", ref=instance_id,
+                transition_key="go", body={}, info=INFO,
+            )  # fmt: skip
+            ended[instance_id] = time.perf_counter()
+
+        self.peaks.get(f"{self.stub}/api/fan-out/peak")  # resets the target's peak
+        self.probe.clear()
+        with self.probe.installed():
+            answers = [self.pool.submit(fire, instance_id) for instance_id in ids]
+            gate.wait()
+            fired = time.perf_counter()
+            for answer in answers:
+                answer.result()
+        peak = int(self.peaks.get(f"{self.stub}/api/fan-out/peak").json()["peak"])
+        before, after = self.probe.hop_around_batch(fired, ended)
+        return LoadRound(
+            wall=max(ended.values()) - fired,
+            peak=peak,
+            breakdown=self.probe.breakdown(delay_ms / 1000),
+            before_batch=before,
+            after_batch=after,
+        )
+
+
+def _median_round(rounds: list[LoadRound]) -> LoadRound:
+    return sorted(rounds, key=lambda r: r.wall)[len(rounds) // 2]
+
+
+def _load_profile(stub: str) -> None:
+    """Figure 4: issue 32's load profile and the 4 x 3 batches that need no queueing."""
+    load = LoadProfile(stub, LOAD_INSTANCES)
+    try:
+        for _ in range(2):  # warm up: every client thread's connection, the item threads
+            load.round(LOAD_INSTANCES, LOAD_WIDTH, 0)
+        wide = [load.round(LOAD_INSTANCES, LOAD_ITEMS, LOAD_DELAY_MS) for _ in range(LOAD_ROUNDS)]
+        short = [load.round(4, 3, LOAD_DELAY_MS) for _ in range(LOAD_ROUNDS)]
+        slow = [load.round(4, 3, 1500) for _ in range(3)]
+    finally:
+        load.close()
+    _report_load(_median_round(wide), _median_round(short), _median_round(slow))
+
+
+def _report_load(wide: LoadRound, short: LoadRound, slow: LoadRound) -> None:
+    ceiling = LOAD_INSTANCES * LOAD_WIDTH
+    work = LOAD_INSTANCES * LOAD_ITEMS * LOAD_DELAY_MS / 1000
+    effective = work / wide.wall
+    print(
+        f"{LOAD_INSTANCES} x {LOAD_ITEMS} items x {LOAD_DELAY_MS} ms, maxDop {LOAD_WIDTH}: wall "
+        f"{wide.wall * 1000:.0f} ms (ideal {-(-LOAD_ITEMS // LOAD_WIDTH) * LOAD_DELAY_MS} ms), "
+        f"effective concurrency {effective:.1f} of {ceiling}, the target's peak {wide.peak}"
+    )
+    for name, part in (("12 x 8", wide), ("4 x 3 x 150 ms", short)):
+        waits = ", ".join(f"{label} {ms:.1f}" for label, ms in part.breakdown.items())
+        print(f"  {name}, ms per item: {waits}; the hop before its batch "
+              f"{part.before_batch:.1f}, after it {part.after_batch:.1f}")  # fmt: skip
+    print(f"4 x 3 items: {short.wall * 1000:.0f} ms at {LOAD_DELAY_MS} ms, "
+          f"{slow.wall * 1000:.0f} ms at 1500 ms (peaks {short.peak}, {slow.peak})")  # fmt: skip
+    record(
+        "fan-out: 12 x 8 x 150 ms, maxDop 3, concurrency",
+        effective,
+        "",
+        baseline="ceiling 12 instances x 3",
+        baseline_value=float(ceiling),
+        target=">= 0.8x",
+        met=effective >= 0.8 * ceiling,
+    )
+    for delay, part in ((LOAD_DELAY_MS, short), (1500, slow)):
+        record(
+            f"fan-out: 4 x 3 x {delay} ms, maxDop 3, wall",
+            part.wall * 1000,
+            "ms",
+            baseline="the target's delay",
+            baseline_value=float(delay),
+            target="<= 1.2x",
+            met=part.wall <= 1.2 * delay / 1000,
+        )
+
+
 def main() -> None:
     """Measure the three figures and record them."""
     prepare_database()
     _publish()
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     with fan_out_stub_process() as stub:
         engine().config.script_configuration["Bench:StubUrl"] = stub
         client = httpx.Client()
@@ -222,6 +376,7 @@ def main() -> None:
             met=overhead <= 0.001,
         )
         client.close()
+        _load_profile(stub)
 
     children = _median(
         lambda: _batch_seconds("bench-fan-children-flow", "bench-fan-children", [1, 2, 3])

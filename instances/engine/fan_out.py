@@ -313,14 +313,34 @@ class Bulkhead:
             raise ValueError(f"the fan-out bulkhead needs a limit >= 1, not {limit!r}")
         self.limit = limit
         self.running = 0
-        # Notified whenever an item of any batch ends: a slot may be free.
-        self.changed = threading.Condition()
+        self._lock = threading.Lock()
+        # Batches that found no slot: woken when one is given back. Only they are: an item's
+        # end wakes its own batch, never every batch in the process.
+        self._waiting: set[_Batch] = set()
         self._pool: ThreadPoolExecutor | None = None
 
+    def take(self, batch: _Batch) -> bool:
+        """Take a slot for an item of `batch`; False (and `batch` woken at the next slot given
+        back) when all are taken."""
+        with self._lock:
+            if self.running < self.limit:
+                self.running += 1
+                return True
+            self._waiting.add(batch)
+            return False
+
+    def give_back(self) -> None:
+        """An item ended: free its slot and wake the batches waiting for one."""
+        with self._lock:
+            self.running -= 1
+            waiting, self._waiting = self._waiting, set()
+        for batch in waiting:
+            batch.wake()
+
     def start(self, work: Callable[[], None]) -> None:
-        """Run `work` on an item thread; the caller holds a slot (`running` counts it)."""
+        """Run `work` on an item thread; the caller holds a slot (`take`)."""
         if self._pool is None:
-            with self.changed:
+            with self._lock:
                 if self._pool is None:
                     # At most `limit` items run at once, so `limit` threads never queue work.
                     self._pool = ThreadPoolExecutor(self.limit, thread_name_prefix="fan-out")
@@ -376,7 +396,8 @@ def run_batch(
 
 class _Batch:
     """One batch's scheduling: dispatch under both bulkheads, settle timeouts and early stops,
-    collect results. Its state is guarded by the bulkhead's condition."""
+    collect results. Its state is guarded by its own condition, which its items' ends (and a
+    slot of the process-wide bulkhead given back) notify."""
 
     def __init__(
         self,
@@ -403,12 +424,18 @@ class _Batch:
         self.threads = 0
         self.over = threading.Event()
         self.saturated = False
+        self.changed = threading.Condition(threading.Lock())
+
+    def wake(self) -> None:
+        """Something the batch waits for happened: an item ended, or a slot is free."""
+        with self.changed:
+            self.changed.notify()
 
     def run(self) -> BatchResult:
         started = time.monotonic()
         batch_deadline = started + self.config.batch_timeout
         timed_out = False
-        changed = self.bulkhead.changed
+        changed = self.changed
         with changed:
             while True:
                 now = time.monotonic()
@@ -445,7 +472,7 @@ class _Batch:
     def _dispatch(self, now: float, batch_deadline: float) -> None:
         bulkhead = self.bulkhead
         while self.pending and self.threads < self.config.max_parallel:
-            if bulkhead.running >= bulkhead.limit:
+            if not bulkhead.take(self):
                 if not self.saturated:
                     self.saturated = True
                     FAN_OUT_SATURATED.inc()
@@ -459,7 +486,6 @@ class _Batch:
                     )
                 return
             item = self.pending.popleft()
-            bulkhead.running += 1
             self.threads += 1
             deadline = min(now + self.config.item_timeout, batch_deadline)
             self.running[item.index] = (item, now, now + self.config.item_timeout)
@@ -481,14 +507,15 @@ class _Batch:
             )
         finally:
             self.release()
-        with self.bulkhead.changed:
-            self.bulkhead.running -= 1
+        with self.changed:
             self.threads -= 1
             if item.index in self.running:
                 del self.running[item.index]
                 result.duration_ms = int((time.monotonic() - began) * 1000)
                 self.results[item.index] = result
-            self.bulkhead.changed.notify_all()
+            self.changed.notify()
+        # After the batch's own lock is let go: giving the slot back takes other batches' locks.
+        self.bulkhead.give_back()
 
     def _stops_early(self) -> bool:
         policy = self.config.policy

@@ -6,6 +6,7 @@ and a probe of how many calls run at once.
 - `/api/fan-out/slow-documents/process`, `/api/fan-out/documents/process-slow`: 200 after
   `slow_seconds`.
 - `/api/fan-out/sleep?ms=N`: 200 after N ms (the bulkhead test and the benchmark).
+- `/api/fan-out/peak` (the stub process only): the most calls served at once since last asked.
 
 Every answer is `{"documentId": ..., "path": ...}`. The stub counts calls per document id and
 keeps the highest number of calls it was serving at once (`peak`). It speaks HTTP/1.1 with
@@ -126,8 +127,20 @@ def fan_out_stub(slow_seconds: float = 1.5) -> Iterator[FanOutStub]:
         server.server_close()
 
 
+@dataclass
+class _Load:
+    """What the stub process is serving: calls in flight now, and the most at once since the
+    last `/api/fan-out/peak` (which reads and resets it)."""
+
+    in_flight: int = 0
+    peak: int = 0
+
+
 async def _answer_async(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slow_seconds: float
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    slow_seconds: float,
+    load: _Load,
 ) -> None:
     # One keep-alive connection: request line, headers, a Content-Length body; no more.
     try:
@@ -145,11 +158,21 @@ async def _answer_async(
                 await reader.readexactly(length)
             url = urlparse(target)
             query = parse_qs(url.query)
-            delay, status = fate(url.path, query, slow_seconds)
-            if delay:
-                await asyncio.sleep(delay)
-            document_id = (query.get("documentId") or [""])[0]
-            body = json.dumps({"documentId": document_id, "path": url.path}).encode()
+            if url.path == "/api/fan-out/peak":
+                body = json.dumps({"peak": load.peak, "inFlight": load.in_flight}).encode()
+                load.peak = load.in_flight
+                status = 200
+            else:
+                delay, status = fate(url.path, query, slow_seconds)
+                load.in_flight += 1
+                load.peak = max(load.peak, load.in_flight)
+                try:
+                    if delay:
+                        await asyncio.sleep(delay)
+                finally:
+                    load.in_flight -= 1
+                document_id = (query.get("documentId") or [""])[0]
+                body = json.dumps({"documentId": document_id, "path": url.path}).encode()
             writer.write(
                 f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n".encode()
@@ -163,9 +186,11 @@ async def _answer_async(
 
 
 def _serve(slow_seconds: float, port_out: Any) -> None:
+    load = _Load()
+
     async def main() -> None:
         server = await asyncio.start_server(
-            lambda r, w: _answer_async(r, w, slow_seconds), "127.0.0.1", 0
+            lambda r, w: _answer_async(r, w, slow_seconds, load), "127.0.0.1", 0
         )
         port_out.send(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
         port_out.close()
@@ -179,7 +204,8 @@ def _serve(slow_seconds: float, port_out: Any) -> None:
 def fan_out_stub_process(slow_seconds: float = 1.5) -> Iterator[str]:
     """The stub as an asyncio server in a process of its own (cheap per call, and sharing no
     interpreter lock with the caller, as a real target would not): its base URL for the
-    duration. It keeps no counts."""
+    duration. It counts no calls; `GET /api/fan-out/peak` answers the most calls it served at
+    once since the previous such request (`{"peak": n, "inFlight": n}`)."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")

@@ -1,6 +1,7 @@
-"""Fan-out on PostgreSQL with real threads: a 200-item batch is one data write; the
-process-wide bulkhead holds across concurrent batches (measured at the target, not assumed);
-SubProcess inner tasks start one child each; and a process refuses to boot with a limit of 0."""
+"""Fan-out on PostgreSQL with real threads: a 200-item batch is one data write; items of
+concurrent batches run at once up to the bulkheads, and no further (counted at the target, not
+assumed); SubProcess inner tasks start one child each; and a process refuses to boot with a
+limit of 0."""
 
 from __future__ import annotations
 
@@ -59,9 +60,13 @@ def go(client: APIClient, workflow: str, instance_id: str) -> Any:
 @pytest.fixture
 def global_limit(settings) -> Iterator[int]:
     """A process-wide fan-out limit of 8 for the duration (a new engine takes it)."""
-    settings.VNEXT = {**settings.VNEXT, "FAN_OUT_MAX_CONCURRENT_ITEMS": 8}
+    before = settings.VNEXT
+    settings.VNEXT = {**before, "FAN_OUT_MAX_CONCURRENT_ITEMS": 8}
     engine.cache_clear()
     yield 8
+    # Put the setting back first: an engine built between this and the `settings` fixture's
+    # own undo (a teardown that reaches the engine) would otherwise keep the limit of 8.
+    settings.VNEXT = before
     engine.cache_clear()
 
 
@@ -152,6 +157,75 @@ def test_three_batches_of_five_slots_never_run_more_than_the_global_eight(
     for instance_id in ids:
         summary = Instance.objects.get(pk=instance_id).data["fanOutResultsSummary"]
         assert summary["succeeded"] == 10
+
+
+DELAY_MAPPING = """
+def item_input_handler(task, context, item):
+    base = context.configuration["Example:ApiBaseUrl"]
+    task.url = base + "/api/fan-out/sleep?ms=" + str(item.value["ms"])
+    return ScriptResponse()
+"""
+
+
+def run_batches_at_once(operator, stub: FanOutStub, monkeypatch, instances: int) -> list[str]:
+    """Start `instances` instances of 6 items (each a 1 s call to the stub, 3 at a time), then
+    let all their `go` transitions go at once from threads of their own; their ids."""
+    monkeypatch.setitem(engine().config.script_configuration, "Example:ApiBaseUrl", stub.base_url)
+    publish(
+        http_task("inner", "API_BASEURL/placeholder", "POST"),
+        task(
+            "fan",
+            "21",
+            {"itemsPath": "$.items", "task": INNER, "execution": {"maxDegreeOfParallelism": 3}},
+        ),
+        fan_flow(mapping=DELAY_MAPPING),
+    )
+    client = APIClient()
+    client.force_authenticate(operator)
+    ids = [start(client, "fan-flow", {"items": [{"ms": 1000}] * 6}) for _ in range(instances)]
+    barrier = threading.Barrier(instances)
+    answers: list[Any] = [None] * instances
+
+    def fire(index: int) -> None:
+        own = APIClient()
+        own.force_authenticate(operator)
+        try:
+            barrier.wait(timeout=30)
+            answers[index] = go(own, "fan-flow", ids[index]).status_code
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=fire, args=(i,)) for i in range(instances)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert answers == [200] * instances
+    assert sum(stub.calls.values()) == 6 * instances
+    return ids
+
+
+def test_items_of_different_instances_run_at_once_up_to_every_batch_limit(
+    operator, operator_client, stub, monkeypatch
+):
+    # Nothing narrower than the bulkheads (script workers, the HTTP client's pool, a shared
+    # lock) holds items back: 4 batches of 3 slots, under the default process-wide 64, put all
+    # 12 calls in flight at once.
+    ids = run_batches_at_once(operator, stub, monkeypatch, instances=4)
+
+    assert stub.peak == 4 * 3
+    for instance_id in ids:
+        summary = Instance.objects.get(pk=instance_id).data["fanOutResultsSummary"]
+        assert summary["succeeded"] == 6
+
+
+def test_items_of_different_instances_run_at_once_up_to_the_process_limit(
+    operator, operator_client, global_limit, stub, monkeypatch
+):
+    # 4 x 3 slots would allow 12; the process-wide 8 is reached and holds.
+    run_batches_at_once(operator, stub, monkeypatch, instances=4)
+
+    assert stub.peak == global_limit
 
 
 CHILD_MAPPING = """

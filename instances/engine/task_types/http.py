@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from instances.engine.egress import EgressRefused, shared_client
+from instances.engine.egress import EgressRefused, pooled_client
 from instances.engine.errors import Codes
 from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure, accepted
 
@@ -23,13 +23,14 @@ def execute_http(call: TaskCall) -> StandardResponse:
     method = str(task.get("method") or "GET").upper()
     timeout = float(task.get("timeout_seconds") or 30)
     try:
-        response = shared_client(bool(task.get("validate_ssl", True))).request(
-            method,
-            str(task.get("url") or ""),
-            headers={str(k): str(v) for k, v in (task.get("headers") or {}).items()},
-            json=body if method not in ("GET", "DELETE") and body is not None else None,
-            timeout=timeout,
-        )
+        with pooled_client(bool(task.get("validate_ssl", True))) as client:
+            response = client.request(
+                method,
+                str(task.get("url") or ""),
+                headers={str(k): str(v) for k, v in (task.get("headers") or {}).items()},
+                json=body if method not in ("GET", "DELETE") and body is not None else None,
+                timeout=timeout,
+            )
     except EgressRefused as exc:
         raise TaskFailure(Codes.TASK_EGRESS_REFUSED, f"HTTP {method}: {exc}") from exc
     except httpx.TimeoutException as exc:
