@@ -376,5 +376,10 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # httpx logs every request at INFO (~50 us each, a fan-out's items by the hundred);
+        # the task journal and the HTTP task's own log lines already say what was called.
+        "httpx": {"level": "WARNING"},
+    },
 }
