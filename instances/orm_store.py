@@ -25,6 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from instances.changes import instance_changed
+from instances.engine.merging import deep_merge
 from instances.engine.ports import (
     BusinessKeyTaken,
     DataChanged,
@@ -39,7 +40,6 @@ from instances.engine.records import (
     IncidentRow,
     InstanceSnapshot,
     PendingWrites,
-    deep_merge,
     new_etag,
     stage_fault,
 )

@@ -18,6 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Field, JSONField, Q
 from django.utils import timezone
 
+from instances.engine.merging import deep_merge
 from instances.engine.ports import BusinessKeyTaken, DefinitionSuperseded
 from instances.engine.records import (
     Guard,
@@ -27,7 +28,6 @@ from instances.engine.records import (
     TaskRow,
     TransitionRow,
     bump_version,
-    deep_merge,
     new_etag,
 )
 from instances.engine.telemetry import with_request_id

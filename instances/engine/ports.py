@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, VNextError
+from instances.engine.merging import deep_merge
 from instances.engine.records import (
     Guard,
     GuardKind,
@@ -27,7 +28,6 @@ from instances.engine.records import (
     TaskRow,
     TransitionRow,
     bump_version,
-    deep_merge,
     new_etag,
 )
 from instances.status import FlowType, InstanceStatus, TransitionStatus

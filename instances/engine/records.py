@@ -3,7 +3,6 @@ writes of a pipeline (one unit of work, flushed in one transaction behind one gu
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from instances.engine.merging import deep_merge
 from instances.engine.overrides import SubflowOverrides
 from instances.engine.protection import Opened
 from instances.status import FlowType, InstanceStatus
@@ -19,19 +19,6 @@ from instances.status import FlowType, InstanceStatus
 def new_etag() -> str:
     """A fresh opaque ETag value."""
     return uuid.uuid4().hex
-
-
-def deep_merge(target: Any, patch: Any) -> Any:
-    """Objects merge key by key, recursively; anything else in `patch` replaces the target.
-
-    The same semantics as the database's `vnext_jsonb_merge`.
-    """
-    if not isinstance(target, dict) or not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    merged = dict(target)
-    for key, value in patch.items():
-        merged[key] = deep_merge(target.get(key), value) if key in target else copy.deepcopy(value)
-    return merged
 
 
 VERSION_RANK = {"None": 0, "Patch": 1, "Minor": 2, "Major": 3}

@@ -11,13 +11,13 @@ surrogates (PostgreSQL refuses both), non-finite floats and integers too long to
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import decimal
 import math
 import uuid
 from typing import Any
 
+from instances.engine.merging import deep_merge
 from instances.engine.scripts import ScriptResponse
 
 MAX_DEPTH = 64
@@ -126,18 +126,6 @@ def follow_up_context(
     return context
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """`patch` merged into `target` as the engine merges a data patch (objects key by key,
-    recursively; anything else replaces the target): `instances.engine.records.deep_merge`,
-    which this process cannot import (it loads Django); a test holds the two together."""
-    if not isinstance(target, dict) or not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    merged = dict(target)
-    for key, value in patch.items():
-        merged[key] = merge_patch(target[key], value) if key in target else copy.deepcopy(value)
-    return merged
-
-
 def with_patches(encoded_context: Any, patches: list[dict[str, Any]]) -> Any:
     """An encoded context whose `instance.data` has `patches` merged into it, in order."""
     try:
@@ -146,7 +134,7 @@ def with_patches(encoded_context: Any, patches: list[dict[str, Any]]) -> Any:
     except (KeyError, TypeError):
         raise WireError("the chained argument is not a context with instance data") from None
     for patch in patches:
-        data = merge_patch(data, patch)
+        data = deep_merge(data, patch)
     data_slot["v"] = data
     return encoded_context
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from instances.engine.merging import deep_merge
 from instances.engine.profiles import Order, Outcome
-from instances.engine.records import JobRow, Rederive, deep_merge
+from instances.engine.records import JobRow, Rederive
 from instances.engine.recovery import task_failed
 from instances.engine.script_runner import script_context
 from instances.engine.task_types import PURE_TASK_TYPES

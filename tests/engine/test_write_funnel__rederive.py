@@ -8,8 +8,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from instances.engine.merging import deep_merge
 from instances.engine.ports import InMemoryStore
-from instances.engine.records import Guard, InstanceSnapshot, PendingWrites, deep_merge, new_etag
+from instances.engine.records import Guard, InstanceSnapshot, PendingWrites, new_etag
 from tests.engine.builders import (
     Harness,
     script,
