@@ -26,7 +26,7 @@ class InProcessExecutor:
         outcome = run_call(
             compiled,
             call.handler,
-            list(call.args),
+            copy.deepcopy(list(call.args)),  # the engine's own objects: a script may change them
             allowed_modules=call.allowed_modules,
             timeout_seconds=call.timeout_seconds,
             return_arguments=call.return_arguments,

@@ -472,7 +472,7 @@ class ScriptPool:
                 return results
             for index, call in enumerate(calls):
                 part = parts[index] if index < len(parts) else None
-                if part is None and until_true:
+                if part is None and until_true and _settles(results):
                     break  # an earlier call held (or failed): this one was not asked
                 if not isinstance(part, dict):
                     results.append(
@@ -488,7 +488,8 @@ class ScriptPool:
                     results.append(exc)
             return results
         finally:
-            elapsed = time.perf_counter() - started
+            # The calls shared the exchange: each is counted with its share of the time.
+            elapsed = (time.perf_counter() - started) / max(len(results), 1)
             for result in results:
                 script_called(_outcome_name(result), elapsed)
 
@@ -505,7 +506,11 @@ class ScriptPool:
             self.start()
         parts = request["calls"] if request.get("op") == "batch" else [request]
         first = calls[0]
-        budget = sum(call.budget_seconds for call in calls)
+        # Each call keeps the grace a call of its own would get (the worker's own per-call
+        # budget reports an overrun first): a batch of calls near their limits is not killed
+        # for what each would have been allowed alone.
+        grace = self.settings.grace_seconds
+        budget = sum(call.budget_seconds + grace for call in calls) - grace
         reply: dict[str, Any] | None = None
         while reply is None:
             worker = self._acquire(first.location)
@@ -774,6 +779,15 @@ def _batch_request(
         **({"chain": chain} if chain is not None else {}),
         **({"until": "true"} if until_true else {}),
     }
+
+
+def _settles(results: list[ScriptReply | ScriptError]) -> bool:
+    """Whether an `until_true` batch may end after `results`: its last call failed or held.
+    A worker that stops earlier than that leaves the rest unanswered, not asked."""
+    if not results:
+        return False
+    last = results[-1]
+    return isinstance(last, ScriptError) or bool(last.value)
 
 
 def _outcome_name(result: ScriptReply | ScriptError) -> str:

@@ -125,8 +125,8 @@ class BatchScriptExecutor(ScriptExecutor, Protocol):
 
 
 def instance_view(instance: InstanceSnapshot) -> ScriptObject:
-    """`context.instance`: id, key, data (a copy), data_version (`"1.0.2"`), state, status,
-    domain, flow, version. The data is the instance's own, not a copy: what crosses to a
+    """`context.instance`: id, key, data, data_version (`"1.0.2"`), state, status, domain,
+    flow, version. The data is the instance's own, not a copy: what crosses to a
     worker is a copy (JSON), so no script can change it (see `ScriptExecutor`)."""
     return ScriptObject(
         id=str(instance.id),
@@ -318,11 +318,13 @@ class ScriptRunner:
         self, calls: list[ScriptCall], *, chain: int | None = None, until_true: bool = False
     ) -> list[ScriptReply | ScriptError]:
         """Run `calls` in one worker round trip (see `ScriptPool.run_batch`), each call's
-        reply or error; an executor that cannot batch (see `batches`) runs them one by one,
-        without `chain`."""
+        reply or error; an executor that cannot batch (see `batches`) runs them one by one
+        (`chain` needs one that can: a `ValueError` otherwise)."""
         executor = self.executor
         if isinstance(executor, BatchScriptExecutor):
             results = executor.run_batch(calls, chain=chain, until_true=until_true)
+        elif chain is not None:
+            raise ValueError("chained calls need an executor that batches (`batches`)")
         else:
             results = []
             for call in calls:
@@ -348,13 +350,27 @@ class ScriptRunner:
         before one holds is raised."""
         settled = next((i for i, check in enumerate(checks) if check is True), None)
         before = len(checks) if settled is None else settled
-        rules = [i for i in range(before) if _is_rule(checks[i])]
-        calls = [self.load(checks[i], definition).prepare("handler", context) for i in rules]
+        rules: list[int] = []
+        calls: list[ScriptCall] = []
+        broken: ScriptError | VNextError | None = None
+        for index in range(before):
+            if not _is_rule(checks[index]):
+                continue
+            try:
+                calls.append(self.load(checks[index], definition).prepare("handler", context))
+            except (ScriptError, VNextError) as exc:
+                # A rule that does not load fails only when it is reached: the rules before it
+                # are asked first, and one of them may hold.
+                broken = exc
+                break
+            rules.append(index)
         for index, result in zip(rules, self.run_batch(calls, until_true=True), strict=False):
             if isinstance(result, ScriptError):
                 raise result
             if result.value:
                 return index
+        if broken is not None:
+            raise broken
         return settled
 
     def call(

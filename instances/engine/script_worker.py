@@ -211,6 +211,11 @@ def _read_frame(max_payload: int) -> bytes | None:
     return _read_exactly(length, body)
 
 
+# What a batch's answer adds around its replies (`{"ok": true, "replies": [...]}`), and room
+# for the failure that replaces a reply too large.
+_BATCH_ENVELOPE_BYTES = 512
+
+
 class Worker:
     """The request loop: compiled code cached by content hash, one call at a time."""
 
@@ -333,6 +338,9 @@ class Worker:
         chain = request.get("chain")
         patches: list[dict[str, Any]] = []
         replies: list[dict[str, Any]] = []
+        # The answer's size so far: the call whose reply would take it past the limit fails
+        # as too large and the batch stops there (the ones before keep their answers).
+        size = _BATCH_ENVELOPE_BYTES
         for part in calls:
             location = str(part.get("location") or "script")
             try:
@@ -343,6 +351,14 @@ class Worker:
                 replies.append(_failure(ScriptError(f"malformed batch: {exc}", location=location)))
                 continue
             reply = self.answer({**part, "args": args})
+            size += len(_ENCODER.encode(reply).encode()) + 1
+            if size > self.max_payload:
+                too_large = ScriptError(
+                    f"the script's answer is larger than {self.max_payload:,} bytes",
+                    location=location,
+                )
+                replies.append(_failure(too_large))
+                break
             replies.append(reply)
             if reply.get("recycle"):
                 return {"ok": True, "replies": replies, "recycle": True}

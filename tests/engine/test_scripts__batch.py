@@ -6,11 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from instances.engine.execution import EngineConfig
 from instances.engine.pipeline import Engine
-from instances.engine.records import deep_merge
 from instances.engine.script_pool import (
     FollowUp,
     PoolSettings,
@@ -18,7 +15,6 @@ from instances.engine.script_pool import (
     ScriptPool,
     ScriptReply,
 )
-from instances.engine.script_wire import merge_patch
 from instances.engine.scripts import (
     DEFAULT_ALLOWED_MODULES,
     ScriptError,
@@ -122,26 +118,25 @@ class TestRunBatch:
         assert (first.value, first.follow_up) == (1, {"n": 10})
         assert (second.value, second.follow_up) == (10, {"n": 100})
 
+    def test_an_answer_too_large_fails_its_call_and_keeps_the_ones_before(self):
+        small = ScriptPool(PoolSettings(size=1, max_payload_bytes=64_000)).start()
+        big = "def handler(context):\n    return 'x' * 100_000\n"
+        shared = context(n=1)
+        try:
+            results = small.run_batch([call(ADD, shared), call(big, shared), call(ADD, shared)])
+        finally:
+            small.close()
+        assert values(results)[0] == {"n": 2}
+        assert isinstance(results[1], ScriptError)
+        assert "larger than 64,000 bytes" in str(results[1])
+        assert isinstance(results[2], ScriptError)
+
     def test_without_a_worker_every_call_fails_with_the_pools_error(self):
         closed = ScriptPool(PoolSettings(size=1))
         closed.close()
         shared = context(n=1)
         results = closed.run_batch([call(ADD, shared), call(ADD, shared)])
         assert [type(result) for result in results] == [ScriptUnavailable] * 2
-
-
-@pytest.mark.parametrize(
-    ("target", "patch"),
-    [
-        ({"a": 1, "b": {"c": 1}}, {"b": {"d": 2}, "e": [1]}),
-        ({"a": {"b": 1}}, {"a": 3}),
-        ({"a": 3}, {"a": {"b": 1}}),
-        ({"a": [1, 2]}, {"a": [3]}),
-        ({}, {"x": {"y": {"z": None}}}),
-    ],
-)
-def test_the_workers_merge_is_the_engines(target: dict[str, Any], patch: dict[str, Any]):
-    assert merge_patch(target, patch) == deep_merge(target, patch)
 
 
 def script_task_ref(expression: str) -> dict[str, Any]:
@@ -190,6 +185,8 @@ class TestAHopWithSeveralScripts:
             transition("second", "two", 1, rule=rule("return context.instance.data['n'] > 0")),
             # Never asked: the second rule holds.
             transition("third", "three", 1, rule=rule("while True:\n        pass")),
+            # Never loaded either: a rule that does not compile fails only when reached.
+            transition("fourth", "three", 1, rule=rule("return (")),
         ]
         document = workflow(
             [
