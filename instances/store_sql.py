@@ -450,6 +450,9 @@ class PostgresSql(PortableSql):
         committed.data_version = (major_v, minor_v, patch_v)
         committed.entity_etag, committed.state_version = entity_etag, state_version
         committed.status, committed.etag = status, params["etag"]
+        # The statement set `updated_at` (and, inserting, `created_at` when the run had none).
+        committed.updated_at = params["now"]
+        committed.created_at = committed.created_at or params["now"]
         data_changed = bool(writes.data_patch) and entity_etag == params.get("entity_etag")
         return committed, data_changed
 

@@ -365,6 +365,10 @@ class Execution:
         self.instance.entity_etag = committed.entity_etag
         self.instance.state_version = committed.state_version
         self.instance.status = committed.status
+        self.instance.created_at, self.instance.updated_at = (
+            committed.created_at,
+            committed.updated_at,
+        )
         self.committed_state = self.instance.current_state
         self.loaded_state_version = committed.state_version
         self.writes = PendingWrites()

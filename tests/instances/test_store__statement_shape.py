@@ -94,6 +94,7 @@ def test_a_start_is_one_statement_with_its_history_row_and_data_version():
     assert statements[0].startswith("WITH updated AS (INSERT INTO instances_instance")
     row = Instance.objects.get(pk=instance.id)
     assert (row.status, row.current_state, row.data) == ("A", "draft", {"customer": "ada"})
+    assert (instance.created_at, instance.updated_at) == (row.created_at, row.updated_at)
     assert list(
         InstanceTransition.objects.filter(instance_id=row.pk).values_list(
             "transition_key", "status"
@@ -140,6 +141,7 @@ def test_a_middle_hop_arming_a_timer_is_its_read_and_one_statement():
     assert statements[0].startswith("SELECT")
     assert statements[1].startswith("WITH updated AS (UPDATE instances_instance")
     assert (moved.current_state, moved.data) == ("submitted", {"amount": 120})
+    assert moved.updated_at == Instance.objects.get(pk=instance.id).updated_at > before
     timer = Job.objects.get(instance_id=instance.id, kind=JobKind.TIMER, status="pending")
     assert timer.state == "submitted"
     assert timer.payload["transition"] == "expire"
