@@ -2,6 +2,7 @@
 
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models.signals import post_delete, post_save
 
 from instances.engine.egress import configure_egress
 from instances.engine.script_pool import configure_pool
@@ -20,8 +21,9 @@ class InstancesConfig(AppConfig):
     def ready(self) -> None:
         """Check the settings a process cannot run with (fan-out limit, encryption keys, egress
         allow-list), put the egress policy in force, configure the script worker pool
-        (started on first use, or by `vnext_run` and the Celery worker at start-up), and give
-        the engine its instance writer (`VNEXT["INSTANCE_WRITER"]`)."""
+        (started on first use, or by `vnext_run` and the Celery worker at start-up), connect what
+        forgets cached components when one is published, and give the engine its instance
+        writer (`VNEXT["INSTANCE_WRITER"]`)."""
         limit = vnext_setting("FAN_OUT_MAX_CONCURRENT_ITEMS")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             # A limit of 0 would stall every fan-out batch at its first item: refuse to boot.
@@ -42,6 +44,17 @@ class InstancesConfig(AppConfig):
             ) from exc
         configure_egress(egress_policy)
         configure_pool(script_pool_settings())
+        # What is cached of published components is forgotten when a Component row changes.
+        from instances.extensions import extensions_forget_on_write
+        from instances.registry import newest_forget_on_write
+        from workflows.models import Component
+
+        for receiver, name in (
+            (newest_forget_on_write, "newest"),
+            (extensions_forget_on_write, "extensions"),
+        ):
+            post_save.connect(receiver, sender=Component, dispatch_uid=f"{name}_saved")
+            post_delete.connect(receiver, sender=Component, dispatch_uid=f"{name}_deleted")
         # The engine's writer calls the instance services, above the wiring: installed from here.
         from instances.wiring import writer_install
         from instances.writers import instance_writer

@@ -25,7 +25,6 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models.signals import post_delete, post_save
 
 from instances.engine.definition import WorkflowDefinition
 from instances.engine.errors import Codes, ErrorCode, Violation, VNextError
@@ -36,7 +35,8 @@ from instances.engine.functions import (
     Request,
     extension_output,
 )
-from instances.engine.records import InstanceSnapshot, deep_merge
+from instances.engine.merging import deep_merge
+from instances.engine.records import InstanceSnapshot
 from instances.models import Instance
 from instances.registry import NEWEST_TTL_SECONDS
 from instances.snapshots import snapshot_of
@@ -100,7 +100,9 @@ class ExtensionPlan:
 
 
 def _global_extensions_key(domain: str) -> str:
-    return f"vnext:extensions:global:{domain}"
+    # Versioned: a shared cache holds pickled `ExtensionDef`s, which another release may lay
+    # out differently (during a rolling deploy both read the same cache).
+    return f"vnext:extensions:global:v1:{domain}"
 
 
 def domain_global_extensions(domain: str) -> tuple[ExtensionDef, ...]:
@@ -129,17 +131,14 @@ def domain_global_extensions(domain: str) -> tuple[ExtensionDef, ...]:
     return found
 
 
-def _extension_written(sender: type[Component], instance: Component, **kwargs: Any) -> None:
-    # Forgotten now and again at commit: a read between the two in another process may have
-    # cached the rows as they were before this write.
+def extensions_forget_on_write(sender: type[Component], instance: Component, **kwargs: Any) -> None:
+    """A Component row written or deleted: an extension's domain's cached global extensions
+    are forgotten now and again at commit (a read between the two in another process may have
+    cached the rows as they were before this write). Connected by `InstancesConfig.ready`."""
     if instance.kind == ComponentKind.EXTENSION:
         cache_key = _global_extensions_key(instance.domain)
         cache.delete(cache_key)
         transaction.on_commit(lambda: cache.delete(cache_key))
-
-
-post_save.connect(_extension_written, sender=Component, dispatch_uid="extensions_global_saved")
-post_delete.connect(_extension_written, sender=Component, dispatch_uid="extensions_global_deleted")
 
 
 def extension_plan(definition: WorkflowDefinition) -> ExtensionPlan:

@@ -9,8 +9,6 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from django.db.models.signals import post_delete, post_save
-
 from instances.engine.definition import WorkflowDefinition
 from workflows.documents import ComponentKind, ComponentRef
 from workflows.models import Component
@@ -117,11 +115,9 @@ class RegistryComponents:
 COMPONENTS = RegistryComponents()
 
 
-def _published(sender: type[Component], instance: Component, **kwargs: Any) -> None:
-    # Any row written, by the publish service or directly: this process asks again at once.
+def newest_forget_on_write(sender: type[Component], instance: Component, **kwargs: Any) -> None:
+    """A Component row written or deleted (by the publish service or directly): this process
+    asks again which version of that workflow is the newest (`post_save`/`post_delete`
+    receiver, connected by `InstancesConfig.ready`)."""
     if instance.kind == ComponentKind.WORKFLOW:
         COMPONENTS.forget_newest(instance.domain, instance.key)
-
-
-post_save.connect(_published, sender=Component, dispatch_uid="registry_newest_published")
-post_delete.connect(_published, sender=Component, dispatch_uid="registry_newest_deleted")
