@@ -20,6 +20,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -219,28 +220,33 @@ class EgressTransport(httpx.HTTPTransport):
     given a transport takes no proxy from the environment (one would connect on the policy's
     behalf); CA bundles from the environment (`SSL_CERT_FILE`, `SSL_CERT_DIR`) still apply."""
 
-    def __init__(self, *, verify: bool = True) -> None:
+    def __init__(self, *, verify: bool = True, limits: httpx.Limits | None = None) -> None:
         ssl_context = _ssl_context(verify)
         super().__init__(verify=ssl_context)
+        limits = limits or httpx.Limits()
         # httpx offers no hook for the network backend: the same pool as its own, with ours.
-        # No limit of the pool's own: what bounds the calls in flight is the fan-out bulkheads
-        # and the threads making them. httpx's defaults would add a narrower one: a call past
-        # 100 connections waits for a free one, and once more than 20 are open each answer
-        # closes its connection, so the next call pays a new TCP (and TLS) handshake.
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context,
             network_backend=_VettedBackend(),
-            max_connections=None,
-            max_keepalive_connections=None,
-            keepalive_expiry=httpx.Limits().keepalive_expiry,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
         )
 
 
-def egress_client(*, verify: bool = True) -> httpx.Client:
+# A client that makes one call at a time (`pooled_client`) needs no limit of its pool's own:
+# what bounds the calls in flight is the fan-out bulkheads and the threads making them.
+# httpx's defaults would add a narrower one: once more than 20 connections are open each
+# answer closes its connection, so the next call pays a new TCP (and TLS) handshake.
+_ONE_CALL_AT_A_TIME = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+
+
+def egress_client(*, verify: bool = True, limits: httpx.Limits | None = None) -> httpx.Client:
     """A new client under the egress policy, keeping no cookies and reading no `.netrc`
-    credentials (they would go to whatever host a workflow names)."""
+    credentials (they would go to whatever host a workflow names); httpx's connection limits
+    unless `limits` says otherwise."""
     return httpx.Client(
-        transport=EgressTransport(verify=verify),
+        transport=EgressTransport(verify=verify, limits=limits),
         cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         trust_env=False,
     )
@@ -266,8 +272,13 @@ def shared_client(verify: bool) -> httpx.Client:
     return client
 
 
-# Idle clients by TLS setting, the last one given back on top (its connections are the warmest).
-_idle_clients: dict[bool, deque[httpx.Client]] = {True: deque(), False: deque()}
+# Idle clients by TLS setting, with when each was given back: the last one on top (its
+# connections are the warmest), the oldest at the bottom, closed once its connections would
+# have expired anyway (httpcore drops them only when that client calls again).
+_idle_clients: dict[bool, deque[tuple[httpx.Client, float]]] = {True: deque(), False: deque()}
+IDLE_CLIENT_SECONDS = httpx.Limits().keepalive_expiry or 5.0
+# More idle clients than this are closed when given back (a burst past it left them).
+IDLE_CLIENTS_MAX = 64
 
 
 @contextmanager
@@ -281,11 +292,29 @@ def pooled_client(verify: bool) -> Iterator[httpx.Client]:
     # calls were ever in flight at once, bounded by the threads making them; `deque` pops and
     # appends are atomic, so taking and giving back need no lock of their own.
     idle = _idle_clients[verify]
+    _close_expired(idle, time.monotonic() - IDLE_CLIENT_SECONDS)
     try:
-        client = idle.pop()
+        client = idle.pop()[0]
     except IndexError:
-        client = egress_client(verify=verify)
+        client = egress_client(verify=verify, limits=_ONE_CALL_AT_A_TIME)
     try:
         yield client
     finally:
-        idle.append(client)
+        if len(idle) < IDLE_CLIENTS_MAX:
+            idle.append((client, time.monotonic()))
+        else:
+            client.close()
+
+
+def _close_expired(idle: deque[tuple[httpx.Client, float]], before: float) -> None:
+    # The bottom of the deque holds the clients given back longest ago.
+    while idle and idle[0][1] < before:
+        try:
+            client, given_back = idle.popleft()
+        except IndexError:
+            return  # another thread took the last one
+        if given_back < before:
+            client.close()
+        else:
+            idle.appendleft((client, given_back))  # given back meanwhile: a fresh one
+            return

@@ -462,3 +462,30 @@ def test_a_process_refuses_to_boot_with_a_malformed_cidr():
     assert booted.returncode != 0
     assert "VNEXT_EGRESS_ALLOW_CIDRS" in booted.stderr
     assert "10.20.0.0/33" in booted.stderr
+
+
+def test_pooled_clients_given_back_long_ago_are_closed_and_the_idle_list_is_capped(monkeypatch):
+    idle: Any = egress._idle_clients[True]
+    monkeypatch.setattr(egress, "IDLE_CLIENTS_MAX", 2)
+    saved = list(idle)  # the process's own list: put back after
+    idle.clear()
+    try:
+        stale = egress.egress_client()
+        idle.append((stale, 0.0))  # given back at the monotonic clock's start: expired
+        with (
+            egress.pooled_client(True) as first,
+            egress.pooled_client(True) as second,
+            egress.pooled_client(True) as third,
+        ):
+            assert stale not in (first, second, third)
+        assert stale.is_closed
+        kept = [client for client, _ in idle]
+        assert kept == [third, second]  # given back first; the last one found the list full
+        assert first.is_closed
+        assert not second.is_closed
+        assert not third.is_closed
+    finally:
+        for client, _ in idle:
+            client.close()
+        idle.clear()
+        idle.extend(saved)
