@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -18,17 +18,23 @@ import select
 from typing import Any
 
 from django.db.backends.postgresql import base
+from psycopg import pq
 
 
 def _quiet(connection: Any) -> bool:
-    """Nothing to read on the connection's socket and psycopg knows of no failure."""
+    """Nothing to read on the connection's socket, psycopg knows of no failure and no
+    transaction is open on it."""
     if connection.closed or connection.broken:
         return False
+    if connection.info.transaction_status != pq.TransactionStatus.IDLE:
+        return False
     try:
-        readable, _, failed = select.select([connection.fileno()], [], [connection.fileno()], 0)
+        # `poll`, not `select`: a process holding many sockets has descriptors past 1024.
+        watch = select.poll()
+        watch.register(connection.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+        return not watch.poll(0)
     except (OSError, ValueError):
         return False
-    return not readable and not failed
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
