@@ -490,7 +490,15 @@ class _Batch:
             deadline = min(now + self.config.item_timeout, batch_deadline)
             self.running[item.index] = (item, now, now + self.config.item_timeout)
             control = ItemControl(deadline, self.over)
-            bulkhead.start(functools.partial(self._run, item, control, now))
+            try:
+                bulkhead.start(functools.partial(self._run, item, control, now))
+            except BaseException:
+                # No thread took it (the pool shut down): the slot and the item go back.
+                del self.running[item.index]
+                self.threads -= 1
+                self.pending.appendleft(item)
+                bulkhead.give_back()
+                raise
 
     def _run(self, item: FanOutItem, control: ItemControl, began: float) -> None:
         try:

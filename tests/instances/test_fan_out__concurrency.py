@@ -223,9 +223,12 @@ def test_items_of_different_instances_run_at_once_up_to_the_process_limit(
     operator, operator_client, global_limit, stub, monkeypatch
 ):
     # 4 x 3 slots would allow 12; the process-wide 8 is reached and holds.
-    run_batches_at_once(operator, stub, monkeypatch, instances=4)
+    ids = run_batches_at_once(operator, stub, monkeypatch, instances=4)
 
     assert stub.peak == global_limit
+    for instance_id in ids:
+        summary = Instance.objects.get(pk=instance_id).data["fanOutResultsSummary"]
+        assert summary["succeeded"] == 6
 
 
 CHILD_MAPPING = """

@@ -77,7 +77,6 @@ def _race(operator: Any, instance_id: str, timer_id: int) -> tuple[Any, Any]:
 
 def test_a_final_hop_racing_its_timer_ends_the_instance_exactly_once(operator, operator_client):
     publish(racing_workflow())
-    winners = []
     for _ in range(RACES):
         created = operator_client.post(f"{BASE}/start?sync=true", {}, format="json")
         assert created.status_code == 200, created.json()
@@ -112,5 +111,3 @@ def test_a_final_hop_racing_its_timer_ends_the_instance_exactly_once(operator, o
             assert timer.status == "succeeded", timer.status
         assert Instance.objects.get(pk=instance_id).etag == row.etag
         assert not Incident.objects.filter(instance_id=instance_id).exists()
-        winners.append(row.current_state)
-    assert set(winners) <= {"approved", "expired"}

@@ -5,6 +5,7 @@ read from the client as a2wsgi reads it."""
 
 from __future__ import annotations
 
+import io
 import threading
 from collections.abc import Iterator
 from typing import Any, cast
@@ -24,9 +25,11 @@ class EchoApp:
     def __init__(self, *, streamed: bool = False) -> None:
         self.streamed = streamed
         self.threads: list[str] = []
+        self.inputs: list[type] = []
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         self.threads.append(threading.current_thread().name)
+        self.inputs.append(type(environ["wsgi.input"]))
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
         if self.streamed:
 
@@ -65,6 +68,7 @@ def test_a_whole_answer_reads_the_served_body_and_goes_out_as_start_and_one_body
     assert sent[1]["body"] == b'{"a": 1}'
     assert not sent[1].get("more_body", False)
     assert app.threads[0].startswith("WSGI")  # run on the bridge's pool, not the loop
+    assert app.inputs == [io.BytesIO]  # the body the serving layer read, not read again
 
 
 def test_a_streamed_answer_goes_out_chunk_by_chunk_after_its_start():
