@@ -209,20 +209,32 @@ class PostgresSql(PortableSql):
 
     def find(self, domain: str, workflow: str, ref: str) -> InstanceSnapshot | None:
         """One plain SELECT, no model instance: this is on every request's path."""
-        value: uuid.UUID | str
         try:
-            condition, value = "id = %s", uuid.UUID(ref)
+            instance_id = uuid.UUID(ref)
         except ValueError:
-            condition, value = "key = %s", ref
+            # A business key may name a completed instance and its live successor.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT {SELECT_COLUMNS} FROM instances_instance "
+                    "WHERE domain = %s AND workflow_key = %s AND key = %s "
+                    "ORDER BY status = 'C', created_at DESC LIMIT 1",
+                    [domain, workflow, ref],
+                )
+                found = cursor.fetchone()
+            return raw_snapshot(found) if found is not None else None
+        # An id names one row: the primary key alone, so no other plan is open to the planner
+        # however stale its statistics of the workflow's other rows; the scope is checked here.
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {SELECT_COLUMNS} FROM instances_instance "
-                f"WHERE domain = %s AND workflow_key = %s AND {condition} "
-                "ORDER BY status = 'C', created_at DESC LIMIT 1",
-                [domain, workflow, value],
+                f"SELECT {SELECT_COLUMNS} FROM instances_instance WHERE id = %s", [instance_id]
             )
             found = cursor.fetchone()
-        return raw_snapshot(found) if found is not None else None
+        if found is None:
+            return None
+        snapshot = raw_snapshot(found)
+        if snapshot.domain != domain or snapshot.workflow_key != workflow:
+            return None
+        return snapshot
 
     def lane_view(self, instance_id: uuid.UUID) -> tuple[InstanceSnapshot | None, list[int]]:
         """One SELECT: the instance and its write lane's unfinished tickets, oldest first."""
