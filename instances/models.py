@@ -74,7 +74,14 @@ class Instance(models.Model):
         ]
         indexes = [
             models.Index(fields=["domain", "workflow_key", "-created_at"], name="instance_list"),
-            models.Index(fields=["status", "busy_since"], name="instance_busy"),
+            # The reaper's and the dashboard's Busy-past-lease range. Partial: it holds only
+            # the few Busy rows, and a hop's guarded UPDATE (`status = 'A'`) cannot take it for
+            # the primary key when the statistics are stale.
+            models.Index(
+                fields=["busy_since"],
+                condition=Q(status=InstanceStatus.BUSY),
+                name="instance_busy",
+            ),
             # The archive's candidates: completed instances of a workflow, oldest first.
             models.Index(
                 fields=["domain", "workflow_key", "completed_at"],
