@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from instances.engine.errors import Codes, VNextError
+from instances.engine.errors import Codes, VNextError, refused_at
 from instances.engine.functions import ReadKind
 from instances.engine.outcomes import PipelineFault, PipelineSuperseded
 from instances.engine.records import InstanceSnapshot
@@ -21,7 +22,9 @@ from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.visibility import readable
 from instances.extensions import instance_extensions, listed_extensions
 from instances.job_handlers import relays_run
-from instances.models import Correlation, Instance, InstanceTransition
+from instances.models import Correlation, Instance, InstanceTransition, OperatorAction
+from instances.operations import operator_action_record
+from instances.repair import Actor, instance_migrate, instance_resume, instance_suspend
 from instances.selectors import (
     incident_active_get,
     incident_active_list,
@@ -46,7 +49,7 @@ from instances.services import (
     workflow_definition,
 )
 from instances.snapshots import snapshot_of
-from instances.status import FlowType, InstanceStatus
+from instances.status import Channel, FlowType, InstanceStatus
 from instances.sync_transitions import instance_settle, instance_transition_run
 from instances.wiring import engine
 from vnext.conf import vnext_setting
@@ -262,8 +265,9 @@ def instance_retry_answer(
     *, domain: str, workflow: str, ref: str, body: Any, info: RequestInfo, sync: bool
 ) -> RunAnswer:
     """Retry a faulted instance: with `sync`, the envelope and the re-run's history row id
-    (`retriedTransitionId`); else 202 and a job runs it. Retries are never shaped."""
-    return _run_answer(
+    (`retriedTransitionId`); else 202 and a job runs it. Retries are never shaped. A retry
+    that ran (or was accepted) is in the operators' audit, channel `api`."""
+    answer = _run_answer(
         lambda: instance_retry(
             domain=domain, workflow=workflow, ref=ref, body=body, info=info, sync=sync
         ),
@@ -273,6 +277,76 @@ def instance_retry_answer(
         retried=True,
         shown_to=info,
     )
+    instance_id = answer.body.get("id") if isinstance(answer.body, dict) else None
+    if instance_id:
+        status = answer.body.get("status")
+        corrected = body.get("attributes", body) if isinstance(body, dict) else {}
+        operator_action_record(
+            actor=info.actor,
+            channel=Channel.API,
+            action=OperatorAction.Action.RETRY,
+            instance_id=uuid.UUID(str(instance_id)),
+            target="retry" + (f"; corrected {', '.join(sorted(corrected))}" if corrected else ""),
+            outcome=("accepted (202)" if answer.status == 202 else f"retried (status {status})"),
+        )
+    return answer
+
+
+def instance_suspend_answer(
+    *, domain: str, workflow: str, ref: str, reason: str, info: RequestInfo
+) -> RunAnswer:
+    """Suspend an Active instance (status `P`): 200 with its envelope."""
+    instance = instance_suspend(
+        domain=domain, workflow=workflow, ref=ref, actor=Actor(info.actor), reason=reason
+    )
+    return RunAnswer(200, _shown_envelope(instance, info), tagged=instance)
+
+
+def instance_resume_answer(
+    *, domain: str, workflow: str, ref: str, reason: str, info: RequestInfo
+) -> RunAnswer:
+    """Resume a suspended instance: 200 with its envelope (its held timers run when due)."""
+    instance = instance_resume(
+        domain=domain, workflow=workflow, ref=ref, actor=Actor(info.actor), reason=reason
+    )
+    return RunAnswer(200, _shown_envelope(instance, info), tagged=instance)
+
+
+def instance_migrate_answer(
+    *,
+    domain: str,
+    workflow: str,
+    ref: str,
+    target_version: Any,
+    state_mapping: Any,
+    dry_run: bool,
+    info: RequestInfo,
+) -> RunAnswer:
+    """Migrate a running instance to another published version (or report what that would
+    do): 200 with the report `{instanceId, fromVersion, toVersion, fromState, toState, timers,
+    refused, dryRun}`; a refusal of a real migration is its own problem code."""
+    if not isinstance(target_version, str) or not target_version:
+        raise refused_at(
+            Codes.APP_INVALID_REQUEST,
+            "/targetVersion",
+            "targetVersion (the published version to migrate to) is required",
+        )
+    if state_mapping is not None and not isinstance(state_mapping, dict):
+        raise refused_at(
+            Codes.APP_INVALID_REQUEST,
+            "/stateMapping",
+            "stateMapping maps old state keys to new ones",
+        )
+    plan = instance_migrate(
+        domain=domain,
+        workflow=workflow,
+        ref=ref,
+        target_version=target_version,
+        state_mapping=state_mapping,
+        actor=Actor(info.actor),
+        dry_run=dry_run,
+    )
+    return RunAnswer(200, {**plan.as_json(), "dryRun": dry_run})
 
 
 def instance_long_poll_ack_answer(

@@ -22,8 +22,8 @@ class InstancesConfig(AppConfig):
         """Check the settings a process cannot run with (fan-out limit, encryption keys, egress
         allow-list), put the egress policy in force, configure the script worker pool
         (started on first use, or by `vnext_run` and the Celery worker at start-up), connect what
-        forgets cached components when one is published, and give the engine its instance
-        writer (`VNEXT["INSTANCE_WRITER"]`)."""
+        forgets cached components when one is published, give the engine its instance writer
+        (`VNEXT["INSTANCE_WRITER"]`) and the job runner the batch job's handler."""
         limit = vnext_setting("FAN_OUT_MAX_CONCURRENT_ITEMS")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             # A limit of 0 would stall every fan-out batch at its first item: refuse to boot.
@@ -60,5 +60,9 @@ class InstancesConfig(AppConfig):
         from instances.writers import instance_writer
 
         writer_install(instance_writer())
+        # The batch job's handler sits above the job runner (it calls the operations).
+        from instances.batches import batch_job_register
+
+        batch_job_register()
         # Trace spans leave the process only when an OTLP endpoint is configured.
         configure_tracing()

@@ -46,7 +46,7 @@ from instances.models import (
     OperatorAction,
 )
 from instances.queue import jobs_live_list
-from instances.status import InstanceStatus
+from instances.status import Channel, InstanceStatus
 from vnext.conf import vnext_setting
 from workflows.documents import ComponentKind
 from workflows.models import Component
@@ -533,6 +533,7 @@ def instance_restore(
         OperatorAction.objects.create(
             actor=actor,
             action=OperatorAction.Action.RESTORE,
+            channel=Channel.COMMAND,  # `instances_restore` is its only way in
             instance_id=wanted,
             target=tombstone.location[:200],
             outcome="restored",

@@ -60,10 +60,12 @@ from instances.notifications import Notification
 from instances.notifications import channel as notification_channel
 from instances.orm_store import OrmStore, transition_row_get
 from instances.queue import (
+    HELD_KINDS,
     backoff,
     job_claim,
     job_claim_holds,
     job_complete,
+    job_hold,
     job_holder_settles_at,
     job_row_seed,
     job_status_get,
@@ -111,6 +113,11 @@ class RetryLater(Exception):
 class JobSkipped(Exception):
     """The job has nothing to do (its instance is faulted, finished or gone, or left the timer's
     state): it ends `skipped` with this reason, never retried."""
+
+
+class JobHeld(Exception):
+    """The job's instance is suspended: the job is held, keeping its due time, and runs when
+    an operator resumes the instance (`instances/repair.py`)."""
 
 
 class InstanceFaulted(Exception):
@@ -202,6 +209,16 @@ def _job_outcome(job: Job, *, record_success: bool) -> str:
         logger.info("job %s (%s) skipped: %s", job.pk, job.kind, skipped)
         job_complete(job, JobStatus.SKIPPED, error=str(skipped))
         return "skipped"
+    except JobHeld as held:
+        logger.info("job %s (%s) held: %s", job.pk, job.kind, held)
+        job_hold(job)
+        return "held"
+    except VNextError as refused:
+        if refused.error != Codes.INSTANCE_PASSIVE or job.kind not in HELD_KINDS:
+            return _job_failed(job, refused)
+        # Suspended between the handler's read and its run: the pipeline refused it.
+        job_hold(job)
+        return "held"
     except InstanceFaulted as faulted:
         job_complete(job, JobStatus.INSTANCE_FAULTED, error=str(faulted))
         return "instance_faulted"
@@ -221,18 +238,21 @@ def _job_outcome(job: Job, *, record_success: bool) -> str:
         job_complete(job, JobStatus.PENDING, error=str(wait), retry_at=timezone.now() + delay)
         return "retry"
     except Exception as exc:  # any failure: retried with backoff, then left for an operator
-        logger.warning("job %s (%s) attempt %s failed: %s", job.pk, job.kind, job.attempts, exc)
-        if job.attempts >= max_attempts():
-            job_complete(job, JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-            return "failed"
-        retry_at = timezone.now() + backoff(job.attempts)
-        job_complete(
-            job, JobStatus.PENDING, error=f"{type(exc).__name__}: {exc}", retry_at=retry_at
-        )
-        return "retry"
+        return _job_failed(job, exc)
     if not record_success and job.kind != JobKind.UPDATE_DATA:
         return "succeeded"
     return "succeeded" if job_complete(job, JobStatus.SUCCEEDED) else "lost-lease"
+
+
+def _job_failed(job: Job, exc: Exception) -> str:
+    """Any failure: retried with backoff, then left for an operator."""
+    logger.warning("job %s (%s) attempt %s failed: %s", job.pk, job.kind, job.attempts, exc)
+    if job.attempts >= max_attempts():
+        job_complete(job, JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        return "failed"
+    retry_at = timezone.now() + backoff(job.attempts)
+    job_complete(job, JobStatus.PENDING, error=f"{type(exc).__name__}: {exc}", retry_at=retry_at)
+    return "retry"
 
 
 def jobs_run_due(limit: int = 100) -> dict[str, int]:
@@ -543,6 +563,8 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
     if instance.status == InstanceStatus.FAULTED and not timeout:
         # The workflow timeout may still end a faulted instance; a state's timer may not.
         raise JobSkipped(f"instance {instance.id} is faulted; its timers wait for a retry")
+    if instance.status == InstanceStatus.PASSIVE:
+        raise JobHeld(f"instance {instance.id} is suspended")
     if timeout:
         transition = definition.timeout_for(instance.extra)
     else:
@@ -611,6 +633,8 @@ def _handle_automatic(job: Job) -> None:
         raise JobSkipped(f"instance {instance.id} is completed")
     if instance.current_state != job.state:
         raise JobSkipped(f"the instance left state {job.state!r}; its own run evaluated it")
+    if instance.status == InstanceStatus.PASSIVE:
+        raise JobHeld(f"instance {instance.id} is suspended")
     if instance.status == InstanceStatus.BUSY:
         held_until = _held_by_live_job(job)
         if held_until is not None:

@@ -14,6 +14,10 @@ from django.utils import timezone
 # its own module (only `instances.queue` queries it), imported here for that registration alone.
 from instances import job_table  # noqa: F401
 from instances.status import (
+    BatchOperation,
+    BatchOutcome,
+    BatchStatus,
+    Channel,
     CorrelationStatus,
     FlowType,
     InstanceStatus,
@@ -293,9 +297,15 @@ class OperatorAction(models.Model):
         REPLAY = "replay", "Replay job"
         FORCE_RELEASE = "force-release", "Force-release lock"
         RESTORE = "restore", "Restore from the archive"
+        SUSPEND = "suspend", "Suspend"
+        RESUME = "resume", "Resume"
+        MIGRATE = "migrate", "Migrate to another version"
+        BATCH = "batch", "Batch operation"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=20, choices=Action.choices)
+    # Where it came from: the admin, the API, a command, or a batch (which names its own).
+    channel = models.CharField(max_length=10, choices=choices(Channel), default=Channel.ADMIN)
     instance = models.ForeignKey(
         Instance,
         null=True,
@@ -313,7 +323,7 @@ class OperatorAction(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
-        return f"{self.action} by {self.actor}: {self.target} -> {self.outcome}"
+        return f"{self.action} by {self.actor} ({self.channel}): {self.target} -> {self.outcome}"
 
 
 class ArchivedInstance(models.Model):
@@ -340,3 +350,73 @@ class ArchivedInstance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow_key} {self.instance_id} archived to {self.location}"
+
+
+class Batch(models.Model):
+    """An operator's operation over the instances a filter matched when it was created: the
+    ids are frozen into its items at once, then the job runner handles them in chunks, each
+    item's outcome committed with the operation's own writes (exactly once, across crashes)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    domain = models.CharField(max_length=100)
+    workflow_key = models.CharField(max_length=200)
+    operation = models.CharField(max_length=10, choices=choices(BatchOperation))
+    # The operation's own fields (a cancel's reason, a migration's target and mapping ...).
+    arguments = models.JSONField(default=dict, blank=True)
+    # The list API's filter as given, kept to say what was matched.
+    filter = models.JSONField(default=list, blank=True)
+    status = models.CharField(
+        max_length=10, choices=choices(BatchStatus), default=BatchStatus.RUNNING
+    )
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    refused = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    created_by = models.CharField(max_length=150)
+    channel = models.CharField(max_length=10, choices=choices(Channel), default=Channel.API)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["domain", "workflow_key", "-created_at"], name="batch_list")
+        ]
+        verbose_name_plural = "batches"
+
+    def __str__(self) -> str:
+        return f"{self.operation} batch {self.id} [{self.status}]"
+
+    @property
+    def handled(self) -> int:
+        """Items with an outcome."""
+        return self.done + self.refused + self.failed
+
+
+class BatchItem(models.Model):
+    """One instance of a batch and how its operation ended."""
+
+    id = models.BigAutoField(primary_key=True)
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="items", db_index=False)
+    position = models.PositiveIntegerField()
+    instance_id = models.UUIDField()
+    outcome = models.CharField(
+        max_length=10, choices=choices(BatchOutcome), default=BatchOutcome.PENDING
+    )
+    reason = models.TextField(blank=True)
+    handled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "position"], name="batch_item_position"),
+        ]
+        indexes = [
+            # The next chunk: a batch's pending items in order.
+            models.Index(
+                fields=["batch", "position"],
+                condition=Q(outcome=BatchOutcome.PENDING),
+                name="batch_item_pending",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}: {self.outcome}"

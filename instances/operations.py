@@ -17,7 +17,7 @@ from instances.models import Incident, Instance, OperatorAction
 from instances.orm_store import FaultToRetry, OrmStore, incidents_resolve
 from instances.services import RequestInfo, instance_retry, instance_transition, workflow_definition
 from instances.snapshots import snapshot_of
-from instances.status import InstanceStatus
+from instances.status import Channel, InstanceStatus
 from locks.models import ResourceLock
 
 # A force release is logged with the other lock maintenance.
@@ -78,9 +78,10 @@ def operator_action_record(
     instance_id: uuid.UUID | None,
     target: str = "",
     outcome: str = "",
+    channel: str = Channel.ADMIN,
 ) -> OperatorAction:
-    """One audit row for an operator's action; an instance that does not exist (any more) is
-    recorded by the target text only."""
+    """One audit row for an operator's action, with the channel it came through; an instance
+    that does not exist (any more) is recorded by the target text only."""
     if instance_id is not None and not Instance.objects.filter(pk=instance_id).exists():
         target = f"{target} (instance {instance_id})".strip()
         instance_id = None
@@ -90,6 +91,7 @@ def operator_action_record(
         instance_id=instance_id,
         target=target[:200],
         outcome=outcome,
+        channel=channel,
     )
 
 
@@ -106,10 +108,16 @@ def retry_plan(*, instance: Instance) -> RetryPlan:
     return RetryPlan(instance, fault, incident)
 
 
-def operator_retry(*, instance: Instance, actor: str) -> OperatorResult:
-    """Retry one instance for an operator through `instance_retry` (no correction), and audit
-    it: retried (the new status), faulted again (the code), refused (why); an instance that is
-    not faulted is skipped and not audited."""
+def operator_retry(
+    *,
+    instance: Instance,
+    actor: str,
+    correction: dict[str, Any] | None = None,
+    channel: str = Channel.ADMIN,
+) -> OperatorResult:
+    """Retry one instance for an operator through `instance_retry` (with the corrected data
+    merged first, when given), and audit it: retried (the new status), faulted again (the
+    code), refused (why); an instance that is not faulted is skipped and not audited."""
     if instance.status != InstanceStatus.FAULTED:
         return OperatorResult(instance.id, SKIPPED, "not faulted")
     plan = retry_plan(instance=instance)
@@ -118,7 +126,7 @@ def operator_retry(*, instance: Instance, actor: str) -> OperatorResult:
             domain=instance.domain,
             workflow=instance.workflow_key,
             ref=str(instance.id),
-            body={},
+            body={"attributes": dict(correction or {})},
             info=RequestInfo(actor=actor),
         )
         detail = f"status {outcome.instance.status}"
@@ -129,10 +137,13 @@ def operator_retry(*, instance: Instance, actor: str) -> OperatorResult:
         result = OperatorResult(instance.id, RETRIED, detail)
     except (PipelineFault, PipelineSuperseded, VNextError) as failure:
         result = _failed(instance, failure)
-    return _audited(result, actor, OperatorAction.Action.RETRY, plan.reruns)
+    target = plan.reruns + (f"; corrected {', '.join(sorted(correction))}" if correction else "")
+    return _audited(result, actor, OperatorAction.Action.RETRY, target, channel)
 
 
-def operator_cancel(*, instance: Instance, actor: str, reason: str) -> OperatorResult:
+def operator_cancel(
+    *, instance: Instance, actor: str, reason: str, channel: str = Channel.ADMIN
+) -> OperatorResult:
     """Cancel one instance for an operator: its workflow's cancel transition with body
     `{"reason": reason}` (which closes its open incidents); refused when the workflow defines
     no cancel or the instance cannot take it. Audited with the reason."""
@@ -162,7 +173,7 @@ def operator_cancel(*, instance: Instance, actor: str, reason: str) -> OperatorR
     except (PipelineFault, PipelineSuperseded, VNextError) as failure:
         result = _failed(instance, failure)
     target = f"reason: {reason}" if reason else "no reason given"
-    return _audited(result, actor, OperatorAction.Action.CANCEL, target)
+    return _audited(result, actor, OperatorAction.Action.CANCEL, target, channel)
 
 
 def _failed(
@@ -177,8 +188,11 @@ def _failed(
     return OperatorResult(instance.id, REFUSED, f"{failure.code}: {failure.detail}")
 
 
-def _audited(result: OperatorResult, actor: str, action: str, target: str) -> OperatorResult:
+def _audited(
+    result: OperatorResult, actor: str, action: str, target: str, channel: str
+) -> OperatorResult:
     operator_action_record(
+        channel=channel,
         actor=actor,
         action=action,
         instance_id=result.instance_id,
@@ -188,7 +202,9 @@ def _audited(result: OperatorResult, actor: str, action: str, target: str) -> Op
     return result
 
 
-def incident_resolve(*, instance: Instance, actor: str) -> OperatorResult:
+def incident_resolve(
+    *, instance: Instance, actor: str, channel: str = Channel.ADMIN
+) -> OperatorResult:
     """An operator repaired the cause outside and closes the instance's open incidents without a
     retry: resolution `resolved by operator`, who and when. The instance status does not change
     (a Faulted one stays Faulted until retried or cancelled). Skipped when nothing is open;
@@ -202,6 +218,7 @@ def incident_resolve(*, instance: Instance, actor: str) -> OperatorResult:
     operator_action_record(
         actor=actor,
         action=OperatorAction.Action.RESOLVE,
+        channel=channel,
         instance_id=instance.id,
         target=", ".join(codes),
         outcome=f"{result.outcome} ({result.detail})",
@@ -209,7 +226,7 @@ def incident_resolve(*, instance: Instance, actor: str) -> OperatorResult:
     return result
 
 
-def lock_force_release(*, lock: ResourceLock, operator: str) -> None:
+def lock_force_release(*, lock: ResourceLock, operator: str, channel: str = Channel.ADMIN) -> None:
     """An operator releases `lock`; the owner's history records who did it and when, the key
     leaves the owner's `resource.locks`, and the audit trail records the release."""
     with transaction.atomic():
@@ -231,6 +248,7 @@ def lock_force_release(*, lock: ResourceLock, operator: str) -> None:
     operator_action_record(
         actor=operator,
         action=OperatorAction.Action.FORCE_RELEASE,
+        channel=channel,
         instance_id=lock.owner,
         target=f"lock {lock.key}",
         outcome="released",

@@ -248,8 +248,15 @@ class OrmStore:
         )
 
     def force_busy(self, instance_id: uuid.UUID, owner: str) -> InstanceSnapshot | None:
-        """Busy owner = `owner` if the instance is Active or Busy (cancel/exit/timeout)."""
-        live = [InstanceStatus.ACTIVE, InstanceStatus.BUSY, InstanceStatus.FAULTED]
+        """Busy owner = `owner` if the instance is live: Active, Busy, Faulted or suspended
+        (cancel/exit/timeout; a suspended instance's timeout is held, so only cancel and exit
+        reach one)."""
+        live = [
+            InstanceStatus.ACTIVE,
+            InstanceStatus.BUSY,
+            InstanceStatus.FAULTED,
+            InstanceStatus.PASSIVE,
+        ]
         taken = busy_take(instance_id, statuses=live, owner=owner)
         if taken:
             instance_changed(instance_id)

@@ -673,8 +673,11 @@ def jobs_create(*, instance_id: uuid.UUID, jobs: Sequence[JobRow]) -> None:
 
 
 def jobs_timers_cancel(*, instance_id: uuid.UUID, states: Collection[str] | None = None) -> None:
-    """Cancel the instance's pending timers and timeout, or (`states`) those states' timers."""
-    timers = Job.objects.filter(instance_id=instance_id, status=JobStatus.PENDING)
+    """Cancel the instance's pending (or held) timers and timeout, or (`states`) those states'
+    timers."""
+    timers = Job.objects.filter(
+        instance_id=instance_id, status__in=(JobStatus.PENDING, JobStatus.HELD)
+    )
     if states is None:
         timers = timers.filter(kind__in=(JobKind.TIMER, JobKind.TIMEOUT))
     else:
@@ -696,7 +699,8 @@ RETURNING id, run_at
 # timers and timeout (`TIMERS_CANCEL_ALL_SQL`), or the timers of the states in `%(timer_states)s`.
 _TIMERS_CANCEL = (
     f"UPDATE {Job._meta.db_table} SET status = '{JobStatus.CANCELLED}', updated_at = %(now)s "
-    f"WHERE instance_id = (SELECT id FROM updated) AND status = '{JobStatus.PENDING}' AND "
+    f"WHERE instance_id = (SELECT id FROM updated) "
+    f"AND status IN ('{JobStatus.PENDING}', '{JobStatus.HELD}') AND "
 )
 TIMERS_CANCEL_ALL_SQL = f"{_TIMERS_CANCEL}kind IN ('{JobKind.TIMER}', '{JobKind.TIMEOUT}')"
 TIMERS_CANCEL_OF_STATES_SQL = (
@@ -851,3 +855,84 @@ def jobs_archived_delete(*, instance_ids: list[Any]) -> None:
 def jobs_restore(*, jobs: list[Job]) -> None:
     """Insert restored job rows as they were archived (their ids and statuses kept)."""
     Job.objects.bulk_create(jobs)
+
+
+# --- suspended instances and migrations (instances/repair.py) ------------------------------------
+
+# What waits while its instance is suspended: what would move it on its own. Notifications of
+# what already happened still go out, and a subflow-end job still cancels its child (a cancel
+# runs on a suspended instance). Jobs that need a Busy instance cannot be pending for a
+# suspended one: only an Active instance is suspended.
+HELD_KINDS = (JobKind.TIMER, JobKind.TIMEOUT, JobKind.AUTOMATIC)
+
+
+def jobs_hold(*, instance_id: uuid.UUID) -> int:
+    """Hold the instance's pending jobs of `HELD_KINDS` (it is being suspended); how many."""
+    return Job.objects.filter(
+        instance_id=instance_id, status=JobStatus.PENDING, kind__in=HELD_KINDS
+    ).update(status=JobStatus.HELD, updated_at=timezone.now())
+
+
+def job_hold(job: Job) -> bool:
+    """Hold a claimed job whose instance turned out suspended: it keeps its due time and runs
+    when the instance resumes (False: this claim no longer holds it)."""
+    return bool(
+        Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, lease_owner=job.lease_owner).update(
+            status=JobStatus.HELD, lease_until=None, updated_at=timezone.now()
+        )
+    )
+
+
+def jobs_release(*, instance_id: uuid.UUID) -> int:
+    """The instance resumed: its held jobs are pending again, each at its own due time (one
+    whose time passed meanwhile runs now); handed to the runner once the caller commits."""
+    held = Job.objects.filter(instance_id=instance_id, status=JobStatus.HELD)
+    due = list(held.values_list("pk", "run_at"))
+    released = held.update(status=JobStatus.PENDING, updated_at=timezone.now())
+    if due:
+        transaction.on_commit(lambda: jobs_dispatch(due))
+    return released
+
+
+def jobs_held_count(*, instance_id: uuid.UUID) -> int:
+    """How many of the instance's jobs wait for it to resume."""
+    return Job.objects.filter(instance_id=instance_id, status=JobStatus.HELD).count()
+
+
+def jobs_armed_timers(*, instance_id: uuid.UUID) -> list[Job]:
+    """The instance's armed timers and workflow timeout, pending or held, soonest first."""
+    return list(
+        Job.objects.filter(
+            instance_id=instance_id,
+            kind__in=(JobKind.TIMER, JobKind.TIMEOUT),
+            status__in=(JobStatus.PENDING, JobStatus.HELD),
+        ).order_by("run_at", "pk")
+    )
+
+
+def jobs_cancel(*, job_ids: Collection[int]) -> int:
+    """Cancel these jobs if they are still pending or held."""
+    return Job.objects.filter(
+        pk__in=list(job_ids), status__in=(JobStatus.PENDING, JobStatus.HELD)
+    ).update(status=JobStatus.CANCELLED, updated_at=timezone.now())
+
+
+def job_timer_retarget(*, job_id: int, state: str, payload: dict[str, Any]) -> int:
+    """Point an armed timer at the state (and its payload at the transition) it belongs to in
+    a migrated instance's new version; its due time is kept."""
+    return Job.objects.filter(pk=job_id, status__in=(JobStatus.PENDING, JobStatus.HELD)).update(
+        state=state, payload=payload, updated_at=timezone.now()
+    )
+
+
+# --- batches (instances/batches.py) ---------------------------------------------------------------
+
+
+def job_batch_enqueue(*, batch_id: uuid.UUID) -> None:
+    """The job that works a batch off, chunk by chunk (one per batch: its dedupe key)."""
+    job_enqueue(
+        kind=JobKind.BATCH,
+        instance_id=None,
+        payload={"batch": str(batch_id)},
+        dedupe_key=f"batch:{batch_id}",
+    )

@@ -158,6 +158,29 @@ def instance_list(
     return Page(rows[:size], number, size, has_next, flagged, next_cursor)
 
 
+def instance_ids_matching(
+    *,
+    domain: str,
+    workflow: str,
+    filters: Sequence[str] = (),
+    visible: Q | None = None,
+    roles: frozenset[str] | None = None,
+) -> QuerySet[Instance]:
+    """The instances of a workflow the list API's `filters` match (and `visible` keeps), as
+    an id-only queryset in creation order: what a batch operation freezes. The same checks as
+    `instance_list` (refused fields, a `groupBy` makes no sense here)."""
+    query = parse_query(list(filters))
+    if query.group is not None:
+        raise VNextError(Codes.FILTER_INVALID, "A batch filter selects instances: no groupBy.")
+    queryset: QuerySet[Instance] = Instance.objects.filter(domain=domain, workflow_key=workflow)
+    if visible is not None:
+        queryset = queryset.filter(visible)
+    targets = list(query.targets())
+    if data_paths(targets):
+        check_sealed(targets, sealed_paths(domain, workflow) | _unreadable(domain, workflow, roles))
+    return queryset.filter(filter_q(query.filter)).order_by("created_at", "id").only("id")
+
+
 def _check_page_offset(number: int, size: int) -> None:
     """Refuse a page that starts past `VNEXT_MAX_PAGE_OFFSET` rows: OFFSET reads and drops
     every row before it, so deep pages are asked by cursor (400 `invalid_filter`)."""

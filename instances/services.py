@@ -515,7 +515,7 @@ def instance_transition_accept(
         return InstanceOutcome(instance, created=False)
     statuses: list[str] = [InstanceStatus.ACTIVE]
     if transition.kind in BUSY_EXEMPT:
-        statuses += [InstanceStatus.BUSY, InstanceStatus.FAULTED]
+        statuses += [InstanceStatus.BUSY, InstanceStatus.FAULTED, InstanceStatus.PASSIVE]
     reservation = str(job.reservation)
     if not _store.reserve_with_job(instance.id, statuses, reservation, _job_json(definition, job)):
         current = _store.status_of(instance.id)

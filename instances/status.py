@@ -160,6 +160,9 @@ class JobKind(TextChoices):
     EVENT_RECEIPT = "event", "Event receipt"
     # An event whose instance was Busy: it waits for the instance, then admits its transition.
     EVENT_TRANSITION = "event-transition", "Event transition"
+    # A chunk of an operator's batch operation (`instances/batches.py`); it runs again until
+    # every item of the batch has its outcome.
+    BATCH = "batch", "Batch operation"
 
 
 class TransitionStatus(TextChoices):
@@ -194,6 +197,8 @@ class JobStatus(TextChoices):
     SKIPPED = "skipped", "Skipped"
     # Ran, and its run faulted the instance: the error is on the instance; retry the instance.
     INSTANCE_FAULTED = "instance_faulted", "Faulted its instance"
+    # Its instance is suspended: it waits, and is pending again (still due) when it resumes.
+    HELD = "held", "Held: instance suspended"
 
 
 class CorrelationStatus(TextChoices):
@@ -203,3 +208,40 @@ class CorrelationStatus(TextChoices):
     COMPLETED = "completed", "Completed"
     CANCELLED = "cancelled", "Cancelled"
     FAULTED = "faulted", "Faulted"
+
+
+class BatchOperation(TextChoices):
+    """What an operator's batch does to each instance it froze."""
+
+    RETRY = "retry", "Retry"
+    CANCEL = "cancel", "Cancel"
+    SUSPEND = "suspend", "Suspend"
+    RESUME = "resume", "Resume"
+    MIGRATE = "migrate", "Migrate"
+
+
+class BatchStatus(TextChoices):
+    """A batch: running until every item has an outcome, or until an operator cancels it."""
+
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class BatchOutcome(TextChoices):
+    """One item of a batch: pending until its instance is handled, exactly once."""
+
+    PENDING = "pending", "Pending"
+    DONE = "done", "Done"
+    REFUSED = "refused", "Refused"  # the operation does not apply to it (why: the error code)
+    FAILED = "failed", "Failed"  # an unexpected error (why: the exception)
+    CANCELLED = "cancelled", "Cancelled"  # the batch was cancelled before it was handled
+
+
+class Channel(TextChoices):
+    """Where an operator's action came from, in the audit."""
+
+    ADMIN = "admin", "Admin"
+    API = "api", "API"
+    COMMAND = "command", "Command"
+    BATCH = "batch", "Batch"

@@ -143,6 +143,10 @@ DEFAULTS: dict[str, Any] = {
     "UNINDEXED_WARN_ROWS": 100_000,
     # The most rows a listing's `page` may skip (OFFSET); deeper pages are read by cursor.
     "MAX_PAGE_OFFSET": 10_000,
+    # Batch operations: the most instances one batch may freeze, and how many items one run of
+    # its job handles before it hands the rest to the next run (other jobs get a turn).
+    "BATCH_MAX_ITEMS": 100_000,
+    "BATCH_CHUNK": 200,
 }
 
 

@@ -334,6 +334,8 @@ VNEXT = {
     # Request headers scripts and job rows never get; unset: `*auth*,*token*,...` (vnext/conf.py).
     "HEADER_DENY_PATTERNS": env.list("VNEXT_HEADER_DENY_PATTERNS", default=None),
     "MAX_PAGE_OFFSET": env.int("VNEXT_MAX_PAGE_OFFSET", default=10_000),
+    "BATCH_MAX_ITEMS": env.int("VNEXT_BATCH_MAX_ITEMS", default=100_000),
+    "BATCH_CHUNK": env.int("VNEXT_BATCH_CHUNK", default=200),
 }
 # One limit on request bodies: the serving layer's (read before a thread is taken) and Django's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = VNEXT["MAX_BODY_BYTES"]

@@ -29,14 +29,17 @@ from workflows.models import WorkflowGrant
 
 
 class Right:
-    """The four grants a group can hold on a workflow."""
+    """The five grants a group can hold on a workflow."""
 
     READ_DEFINITIONS = "read_definitions"
     READ_INSTANCES = "read_instances"
     START = "start_instances"
     DRIVE = "drive_instances"
+    # Migrations and batch operations: what one request does to many instances, or to a
+    # running instance's definition.
+    OPERATE = "operate_instances"
 
-    ALL = (READ_DEFINITIONS, READ_INSTANCES, START, DRIVE)
+    ALL = (READ_DEFINITIONS, READ_INSTANCES, START, DRIVE, OPERATE)
 
 
 _ACCESS_ATTRIBUTE = "_vnext_access"

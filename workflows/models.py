@@ -95,6 +95,11 @@ class WorkflowGrant(models.Model):
     drive_instances = models.BooleanField(
         default=False, help_text="Run transitions, retry, acknowledge long-polls."
     )
+    operate_instances = models.BooleanField(
+        default=False,
+        help_text="Operator-level: migrate instances to another version and run batch "
+        "operations (retry, cancel, suspend, resume, migrate) over a filter.",
+    )
 
     class Meta:
         constraints = [

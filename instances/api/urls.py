@@ -2,10 +2,17 @@
 
 from django.urls import path
 
-from instances.api import custom_function_views, function_views, read_views, run_views
+from instances.api import (
+    custom_function_views,
+    function_views,
+    operator_views,
+    read_views,
+    run_views,
+)
 
 PREFIX = "<str:domain>/workflows/<str:workflow>/instances"
 ONE = f"{PREFIX}/<str:instance>"
+BATCHES = "<str:domain>/workflows/<str:workflow>/batches"
 
 urlpatterns = [
     path(f"{PREFIX}/start", run_views.InstanceStartView.as_view(), name="instance-start"),
@@ -19,6 +26,16 @@ urlpatterns = [
     ),
     path(f"{ONE}/transitions", read_views.InstanceHistoryView.as_view(), name="instance-history"),
     path(f"{ONE}/retry", run_views.InstanceRetryView.as_view(), name="instance-retry"),
+    path(f"{ONE}/suspend", operator_views.InstanceSuspendView.as_view(), name="instance-suspend"),
+    path(f"{ONE}/resume", operator_views.InstanceResumeView.as_view(), name="instance-resume"),
+    path(f"{ONE}/migrate", operator_views.InstanceMigrateView.as_view(), name="instance-migrate"),
+    path(BATCHES, operator_views.BatchCreateView.as_view(), name="batch-create"),
+    path(f"{BATCHES}/<str:batch>", operator_views.BatchDetailView.as_view(), name="batch-detail"),
+    path(
+        f"{BATCHES}/<str:batch>/cancel",
+        operator_views.BatchCancelView.as_view(),
+        name="batch-cancel",
+    ),
     path(
         f"{ONE}/longpoll/ack",
         run_views.InstanceLongPollAckView.as_view(),

@@ -48,6 +48,36 @@ class Codes:
     INSTANCE_FAULTED = ErrorCode("Instance:100028", 409, "Instance is faulted; retry or cancel it")
     INSTANCE_PASSIVE = ErrorCode("Instance:100029", 409, "Instance is suspended")
     INSTANCE_BUSY = ErrorCode("Instance:100031", 409, "Instance is busy")
+    INSTANCE_NOT_SUSPENDED = ErrorCode("Instance:NotSuspended", 409, "Instance is not suspended")
+    INSTANCE_NOT_SUSPENDABLE = ErrorCode(
+        "Instance:NotSuspendable", 409, "Only an Active instance is suspended"
+    )
+    # Migrating a running instance to another version of its workflow (`instances/repair.py`).
+    MIGRATION_TARGET_NOT_FOUND = ErrorCode(
+        "Migration:TargetNotFound", 404, "Target version is not published"
+    )
+    MIGRATION_SAME_VERSION = ErrorCode(
+        "Migration:SameVersion", 400, "Instance already runs the target version"
+    )
+    MIGRATION_STATE_UNMAPPED = ErrorCode(
+        "Migration:StateUnmapped", 409, "State has no counterpart in the target version"
+    )
+    MIGRATION_BAD_MAPPING = ErrorCode(
+        "Migration:InvalidMapping", 400, "State mapping names a state that does not exist"
+    )
+    MIGRATION_NOT_MIGRATABLE = ErrorCode(
+        "Migration:InstanceNotMigratable", 409, "Instance cannot be migrated in its status"
+    )
+    MIGRATION_SUBFLOW_INCOMPATIBLE = ErrorCode(
+        "Migration:SubflowIncompatible", 409, "Open subflow's child workflow changes in the target"
+    )
+    MIGRATION_TIMER_UNARMABLE = ErrorCode(
+        "Migration:TimerUnarmable", 409, "Target state's timer cannot be armed"
+    )
+    # Batch operations over a filter (`instances/batches.py`).
+    BATCH_NOT_FOUND = ErrorCode("Batch:NotFound", 404, "Batch not found")
+    BATCH_TOO_LARGE = ErrorCode("Batch:TooLarge", 400, "Filter matches too many instances")
+    BATCH_FINISHED = ErrorCode("Batch:Finished", 409, "Batch has already finished")
     NO_ACK_PENDING = ErrorCode(
         "Instance:NoAckPending", 409, "The instance awaits no long-poll acknowledgement"
     )
@@ -232,3 +262,8 @@ class VNextError(Exception):
     def http_status(self) -> int:
         """The HTTP status the code answers with."""
         return self.error.http_status
+
+
+def refused_at(error: ErrorCode, pointer: str, detail: str) -> VNextError:
+    """A refusal of one field of a request: `detail`, with the JSON pointer that failed."""
+    return VNextError(error, detail, violations=[Violation(pointer, detail)])

@@ -11,6 +11,7 @@ from instances.management.commands._job_filters import add_filters, selected_job
 from instances.models import OperatorAction
 from instances.operations import operator_action_record
 from instances.replay import REPLAYED, job_replay
+from instances.status import Channel
 
 
 class Command(BaseCommand):
@@ -52,6 +53,7 @@ class Command(BaseCommand):
             operator_action_record(
                 actor=options["operator"],
                 action=OperatorAction.Action.REPLAY,
+                channel=Channel.COMMAND,
                 instance_id=job.instance_id,
                 target=f"job {job.pk} ({job.kind})" + (" forced" if options["force"] else ""),
                 outcome=str(result),
