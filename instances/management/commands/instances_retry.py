@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
@@ -22,7 +22,7 @@ from instances.operations import (
 )
 from instances.status import InstanceStatus
 
-_SELECTORS = ("ids", "workflow", "state", "error_code", "since", "until", "all")
+_SELECTORS = ("refs", "workflow", "state", "error_code", "since", "until", "all")
 
 
 def _moment(value: str, name: str) -> Any:
@@ -32,11 +32,45 @@ def _moment(value: str, name: str) -> Any:
     return parsed
 
 
-def _uuid(value: str) -> uuid.UUID:
+# Exit code of a selection that names no instance, or a business key several workflows share
+# (argparse's own code for a usage error: the command line must say more).
+AMBIGUOUS = 2
+
+
+def _instance_id(ref: str, *, domain: str | None, workflow: str | None) -> uuid.UUID:
+    """The instance `--id` names: a UUID as it is, else a business key resolved as the API
+    resolves `{instance}` (the live instance first, then the newest), within --domain and
+    --workflow when given. A key found in several workflows is refused, never guessed."""
     try:
-        return uuid.UUID(value)
-    except ValueError as error:
-        raise CommandError(f"--id {value!r} is not a UUID") from error
+        return uuid.UUID(ref)
+    except ValueError:
+        pass
+    # The business-key index (`instance_business_key`: key first) serves this at any size.
+    found = Instance.objects.filter(key=ref)
+    if domain:
+        found = found.filter(domain=domain)
+    if workflow:
+        found = found.filter(workflow_key=workflow)
+    rows = list(
+        found.order_by(
+            ExpressionWrapper(Q(status=InstanceStatus.COMPLETED), output_field=BooleanField()),
+            "-created_at",
+        ).values_list("id", "domain", "workflow_key")[:50]
+    )
+    scope = "".join(
+        f" {name} {value}" for name, value in (("in", domain), ("of", workflow)) if value
+    )
+    if not rows:
+        raise CommandError(f"no instance with id or business key {ref!r}{scope}", returncode=1)
+    workflows = sorted({(row[1], row[2]) for row in rows})
+    if len(workflows) > 1:
+        named = ", ".join(f"{d}/{w}" for d, w in workflows)
+        raise CommandError(
+            f"business key {ref!r} names instances of several workflows ({named}): "
+            "add --workflow (and --domain) or pass the instance UUID",
+            returncode=AMBIGUOUS,
+        )
+    return rows[0][0]
 
 
 class Command(BaseCommand):
@@ -46,15 +80,22 @@ class Command(BaseCommand):
         "Retry Faulted instances: each re-runs its faulting transition from the step that "
         "failed, and is reported as retried (new status), faulted again (code), refused (why) "
         "or skipped (not faulted). --since/--until match an open incident's creation or the "
-        "instance's last change. --dry-run prints what would re-run. Exit code 1 when any retry "
-        "faulted again or was refused, or a named instance does not exist."
+        "instance's last change. --id takes a UUID or a business key (the live instance first). "
+        "--dry-run prints what would re-run. Exit code 1 when any retry faulted again or was "
+        "refused, or a named instance does not exist; 2 when a business key names instances "
+        "of several workflows (add --workflow/--domain)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--id", action="append", dest="ids", type=_uuid, help="an instance UUID (repeat)"
+            "--id",
+            action="append",
+            dest="refs",
+            help="an instance UUID or business key (repeat; a key shared by several workflows "
+            "needs --workflow, and --domain)",
         )
         parser.add_argument("--workflow", help="workflow key")
+        parser.add_argument("--domain", help="domain (narrows --id business keys and --workflow)")
         parser.add_argument("--state", help="current state key")
         parser.add_argument("--error-code", dest="error_code", help="an open incident's code")
         parser.add_argument("--since", help="faulted at or after (ISO 8601)")
@@ -70,6 +111,10 @@ class Command(BaseCommand):
                 "select instances with --id, --workflow, --state, --error-code, --since, "
                 "--until, or --all"
             )
+        options["ids"] = [
+            _instance_id(ref, domain=options.get("domain"), workflow=options.get("workflow"))
+            for ref in options.get("refs") or []
+        ]
         instances = list(self._selected(options))
         missing = set(options.get("ids") or []) - {instance.id for instance in instances}
         if missing:
@@ -111,6 +156,8 @@ class Command(BaseCommand):
             instances = instances.filter(pk__in=options["ids"])
         else:
             instances = instances.filter(status=InstanceStatus.FAULTED)
+        if options.get("domain"):
+            instances = instances.filter(domain=options["domain"])
         if options.get("workflow"):
             instances = instances.filter(workflow_key=options["workflow"])
         if options.get("state"):
