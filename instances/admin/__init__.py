@@ -481,18 +481,20 @@ class InstanceAdmin(admin.ModelAdmin):
 
     @admin.display(description="Started by")
     def parent_link(self, instance: Instance) -> str:
-        """The parent that started this instance as a subflow or subprocess, if any."""
+        """Who started this instance (`created_by`, else its first history row's actor), and
+        the parent that started it as a subflow or subprocess, if any."""
         correlation = instance.parent_correlation
-        if correlation is None:
-            return "-"
-        kind = "subflow" if correlation.type == FlowType.SUBFLOW else "subprocess"
-        return format_html(
-            "{} ({} in state {}, {})",
-            _instance_link(correlation.parent_id),
-            kind,
-            correlation.parent_state,
-            correlation.status,
-        )
+        parent = ""
+        if correlation is not None:
+            kind = "subflow" if correlation.type == FlowType.SUBFLOW else "subprocess"
+            parent = format_html(
+                "{} ({} in state {}, {})",
+                _instance_link(correlation.parent_id),
+                kind,
+                correlation.parent_state,
+                correlation.status,
+            )
+        return inspector.started_by_panel(instance, self._history(instance), parent)
 
     @admin.display(description="Data")
     def pretty_data(self, instance: Instance) -> str:

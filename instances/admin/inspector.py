@@ -90,6 +90,27 @@ def history(instance: Instance) -> list[InstanceTransition]:
     return rows
 
 
+def started_by_panel(
+    instance: Instance, rows: list[InstanceTransition], parent: SafeString | str = ""
+) -> SafeString | str:
+    """Who started the instance: its `created_by`, else the actor of its first history row
+    (the start), and the parent that started it as a subflow or subprocess, if any."""
+    actor = instance.created_by
+    if not actor and rows:
+        first = rows[0]
+        if len(rows) == MAX_ROWS:
+            # Only the newest rows were read: the start is the oldest row of all (one index
+            # lookup on `transition_history`).
+            first = (
+                InstanceTransition.objects.filter(instance=instance).order_by("started_at").first()
+                or first
+            )
+        actor = first.actor
+    if not parent:
+        return actor or "-"
+    return format_html("{} (for {})", actor or "-", parent) if actor else parent
+
+
 def timeline_panel(rows: list[InstanceTransition]) -> SafeString | str:
     """Who, when, trigger, transition, from -> to, duration, outcome, error."""
     if not rows:
