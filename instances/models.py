@@ -101,6 +101,13 @@ class Instance(models.Model):
                 opclasses=["varchar_pattern_ops", "text_ops", "text_ops"],
                 name="instance_business_key",
             ),
+            # Cancelled instances (Completed by the workflow's cancel): the dashboard tells
+            # them from the completed ones through this small index (migration 0016).
+            models.Index(
+                fields=["domain", "workflow_key"],
+                condition=Q(status=InstanceStatus.COMPLETED, effective_state_subtype="cancelled"),
+                name="instance_cancelled",
+            ),
         ]
         permissions = [
             ("relay_subflow", "Relay a transition to a reserved subflow (service credential)"),
@@ -177,7 +184,11 @@ class InstanceTransition(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["instance", "started_at"], name="transition_history")]
+        indexes = [
+            models.Index(fields=["instance", "started_at"], name="transition_history"),
+            # The dashboard's last hour of transitions (migration 0016): a range, not a scan.
+            models.Index(fields=["started_at"], name="transition_started"),
+        ]
         ordering = ["started_at"]
 
     def __str__(self) -> str:

@@ -12,7 +12,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('instances', '0015_busy_index_partial'),
+        ('instances', '0016_dashboard_indexes'),
     ]
 
     operations = [
