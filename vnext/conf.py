@@ -54,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "EGRESS_ALLOW_CIDRS": [],
     # The bearer token `/metrics` asks of its scraper; None: open.
     "METRICS_TOKEN": None,
+    # What draws the admin's state diagrams: "graphviz" (its `dot`), "builtin" (a layered layout
+    # in Python: nothing to install) or "auto", Graphviz when `dot` is installed, else builtin.
+    "DIAGRAM_RENDERER": "auto",
     # How long the data, view and schema functions' answers are cached while their instance is
     # unchanged, unless the workflow sets `config.functionCache.ttlSeconds`; 0: not cached.
     "FUNCTION_CACHE_SECONDS": 60.0,

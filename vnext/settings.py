@@ -330,6 +330,8 @@ VNEXT = {
     "EGRESS_ALLOW_CIDRS": env.list("VNEXT_EGRESS_ALLOW_CIDRS", default=[]),
     # `/metrics` wants `Authorization: Bearer <token>` when set (else it is open, like /health).
     "METRICS_TOKEN": env.str("VNEXT_METRICS_TOKEN", default="") or None,
+    # The admin's diagrams: "auto" (Graphviz when `dot` is installed), "graphviz" or "builtin".
+    "DIAGRAM_RENDERER": env.str("VNEXT_DIAGRAM_RENDERER", default="auto"),
     "UNINDEXED_WARN_ROWS": env.int("VNEXT_UNINDEXED_WARN_ROWS", default=100_000),
     # Request headers scripts and job rows never get; unset: `*auth*,*token*,...` (vnext/conf.py).
     "HEADER_DENY_PATTERNS": env.list("VNEXT_HEADER_DENY_PATTERNS", default=None),

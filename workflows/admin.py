@@ -23,7 +23,7 @@ from instances.models import Instance
 from instances.status import InstanceStatus, StateType, Trigger
 from instances.status import choices as choices_of
 from instances.wiring import engine
-from workflows.diagram import graphviz_available, render
+from workflows.diagram import render, unavailable_reason
 from workflows.documents import ComponentKind, ComponentRef
 from workflows.models import Component, DomainReach, WorkflowGrant
 from workflows.validation.scripts import is_platform_mapping, iter_script_sites
@@ -154,10 +154,7 @@ class ComponentAdmin(admin.ModelAdmin):
         definition = _definition(component)
         drawn = render(definition, lambda key: self._instances_url(component, state=key))
         if drawn is None:
-            reason = "Graphviz is not installed (apt-get install graphviz)"
-            if graphviz_available():
-                reason = "the diagram could not be drawn (see the server log)"
-            return format_html("<p>No diagram: {}.</p>", reason)
+            return format_html("<p>No diagram: {}.</p>", unavailable_reason())
         return format_html('<div class="vnext-diagram">{}</div>', mark_safe(drawn.svg))
 
     @admin.display(description="Scripts")

@@ -1,12 +1,14 @@
-"""A workflow version's state diagram, rendered server-side to SVG by Graphviz (`dot`), for the
-admin: states by type (initial, intermediate, final, subflow, wizard), transitions by trigger
-(manual solid, automatic dashed, scheduled dotted, event bold), shared transitions from each state
-they are available in, and cancel / exit / timeout from "any state".
+"""A workflow version's state diagram, rendered server-side to SVG, for the admin: states by type
+(initial, intermediate, final, subflow, wizard), transitions by trigger (manual solid, automatic
+dashed, scheduled dotted, event bold), shared transitions from each state they are available in,
+and cancel / exit / timeout from "any state".
 
-The SVG of a version is rendered once and kept with its (immutable) definition. An instance's
-view of it — the current state, the path taken — is a `<style>` block over the same SVG: every
-state is the node `s<n>` and every transition the edge `t<n>`, so highlighting costs no render.
-Without Graphviz installed (`apt-get install graphviz`) `render` answers None and the admin says so.
+Drawn by Graphviz (`dot`) when it is installed, else by the built-in layered layout
+(`workflows.diagram_layout`, plain Python); `VNEXT["DIAGRAM_RENDERER"]` can force either. Both
+are given the same graph and draw the same markup. The SVG of a version is rendered once and kept
+with its (immutable) definition. An instance's view of it — the current state, the path taken —
+is a `<style>` block over the same SVG: every state is the node `s<n>` and every transition the
+edge `t<n>`, so highlighting costs no render.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 
 from instances.engine.definition import TransitionDef, TransitionKind, WorkflowDefinition
 from instances.status import StateType, Trigger
+from vnext.conf import vnext_setting
+from workflows.diagram_layout import FILLS, Edge, Node, draw
 
 logger = logging.getLogger(__name__)
 
@@ -35,14 +39,8 @@ _EDGE_STYLES: dict[int, str] = {
     Trigger.SCHEDULED: "dotted",
     Trigger.EVENT: "bold",
 }
-_FILLS = {
-    "initial": "#e3f2fd",
-    "intermediate": "#ffffff",
-    "final": "#e8f5e9",
-    "subflow": "#f3e5f5",
-    "wizard": "#fff8e1",
-}
 ANY_STATE = "any"
+RENDERERS = ("auto", "graphviz", "builtin")
 
 
 @dataclass
@@ -85,60 +83,93 @@ def graphviz_available() -> bool:
     return shutil.which("dot") is not None
 
 
+def renderer() -> str | None:
+    """What draws diagrams now: "graphviz" or "builtin" (`DIAGRAM_RENDERER`; "auto", or any
+    other value, is Graphviz when `dot` is installed, else the built-in layout); None when
+    Graphviz is asked for and not installed."""
+    choice = vnext_setting("DIAGRAM_RENDERER")
+    if choice == "builtin":
+        return "builtin"
+    if graphviz_available():
+        return "graphviz"
+    return None if choice == "graphviz" else "builtin"
+
+
+def unavailable_reason() -> str:
+    """Why `render` answered None, for the admin page."""
+    if renderer() is None:
+        return (
+            "Graphviz is not installed (apt-get install graphviz) and "
+            'VNEXT_DIAGRAM_RENDERER is "graphviz"'
+        )
+    return "the diagram could not be drawn (see the server log)"
+
+
 def render(
     definition: WorkflowDefinition, state_link: Callable[[str], str] | None = None
 ) -> Diagram | None:
-    """The definition's diagram (rendered once per version and kept with it); each state links
-    to `state_link(state key)` when given. None without Graphviz."""
-    memo_key = "admin-diagram"
-    cached = definition.memo.get(memo_key)
-    if cached is not None:
-        return cached if isinstance(cached, Diagram) else None
-    if not graphviz_available():
+    """The definition's diagram (rendered once per version and renderer, and kept with it);
+    each state links to `state_link(state key)` when given. None when the renderer asked for is
+    missing or fails."""
+    chosen = renderer()
+    if chosen is None:
         return None
-    source, diagram = dot_source(definition, state_link)
+    memo_key = f"admin-diagram:{chosen}"
+    cached = definition.memo.get(memo_key)
+    if isinstance(cached, Diagram):
+        return cached
+    nodes, edges, diagram = graph(definition, state_link)
+    svg = _graphviz_svg(definition, nodes, edges) if chosen == "graphviz" else None
+    if svg is None and vnext_setting("DIAGRAM_RENDERER") != "graphviz":
+        # Also when Graphviz failed on this definition: the built-in layout draws anything.
+        try:
+            svg = draw(nodes, edges)
+        except Exception:  # a renderer failure must not break the admin page
+            logger.exception(
+                "the diagram of %s %s did not lay out", definition.key, definition.version
+            )
+    if svg is None:
+        return None
+    diagram.svg = svg
+    definition.memo[memo_key] = diagram
+    return diagram
+
+
+def _graphviz_svg(
+    definition: WorkflowDefinition, nodes: list[Node], edges: list[Edge]
+) -> str | None:
     try:
         import graphviz
 
-        svg = graphviz.Source(source).pipe(format="svg", encoding="utf-8")
+        svg = graphviz.Source(dot_text(nodes, edges)).pipe(format="svg", encoding="utf-8")
     except Exception:  # a renderer failure must not break the admin page
         logger.exception("the diagram of %s %s did not render", definition.key, definition.version)
         return None
     # Inline in HTML: no XML prologue or doctype, and a size that follows the page's width.
     svg = svg[svg.find("<svg") :]
-    diagram.svg = re.sub(r'^<svg width="[^"]*" height="[^"]*"', "<svg", svg, count=1)
-    definition.memo[memo_key] = diagram
-    return diagram
+    return re.sub(r'^<svg width="[^"]*" height="[^"]*"', "<svg", svg, count=1)
 
 
-def dot_source(
+def graph(
     definition: WorkflowDefinition, state_link: Callable[[str], str] | None = None
-) -> tuple[str, Diagram]:
-    """The DOT text of the diagram and the ids it gives states and transitions."""
+) -> tuple[list[Node], list[Edge], Diagram]:
+    """The nodes and edges of the diagram, and the ids it gives states and transitions (its SVG
+    still empty): what either renderer draws."""
     diagram = Diagram(svg="")
-    lines = [
-        "digraph workflow {",
-        'graph [rankdir=LR bgcolor="transparent" fontname="Helvetica" nodesep=0.35 ranksep=0.6]',
-        'node [fontname="Helvetica" fontsize=11 color="#455a64"]',
-        'edge [fontname="Helvetica" fontsize=9 color="#607d8b" fontcolor="#37474f"]',
-        'start [shape=circle width=0.18 label="" style=filled fillcolor="#263238" id="start"]',
-    ]
+    nodes = [Node("start", "", "start")]
     for index, state in enumerate(definition.states.values()):
         node = f"s{index}"
         diagram.states[state.key] = node
-        shape, kind = _SHAPES.get(state.state_type, _SHAPES[StateType.INTERMEDIATE])
-        link = f" URL={_quote(state_link(state.key))} target=_top" if state_link else ""
-        lines.append(
-            f"{node} [label={_quote(state.key)} {shape} fillcolor={_quote(_FILLS[kind])} "
-            f'id="{node}" class="state state-{kind}" tooltip={_quote(_label(state.raw))}{link}]'
-        )
-    edges: list[tuple[str, str, TransitionDef, str | None]] = []
+        kind = _SHAPES.get(state.state_type, _SHAPES[StateType.INTERMEDIATE])[1]
+        link = state_link(state.key) if state_link else None
+        nodes.append(Node(node, state.key, kind, _label(state.raw), link))
+    ends: list[tuple[str, str, TransitionDef, str | None]] = []
     initial = diagram.states.get(definition.start.target) if definition.start.raw else None
     if initial:
-        edges.append(("start", initial, definition.start, None))
+        ends.append(("start", initial, definition.start, None))
     for state in definition.states.values():
         for transition in state.transitions:
-            edges.append(_edge(diagram, state.key, transition))
+            ends.append(_edge(diagram, state.key, transition))
     specials = [*definition.specials()]
     if definition.timeout is not None:
         specials.append(definition.timeout)
@@ -147,26 +178,65 @@ def dot_source(
     for transition in shared:
         for state_key in definition.states:
             if transition.available_in(state_key):
-                edges.append(_edge(diagram, state_key, transition))
+                ends.append(_edge(diagram, state_key, transition))
     floating = [t for t in [*anywhere, *specials] if t.kind != TransitionKind.UPDATE_DATA]
     if floating:
-        lines.append(
-            f'{ANY_STATE} [label="any state" shape=plaintext fontcolor="#78909c" id="{ANY_STATE}"]'
-        )
+        nodes.append(Node(ANY_STATE, "any state", "any"))
         for transition in floating:
             target = diagram.states.get(transition.target)
             if target:
-                edges.append((ANY_STATE, target, transition, None))
-    for index, (source, target, transition, from_state) in enumerate(edges):
+                ends.append((ANY_STATE, target, transition, None))
+    edges = []
+    for index, (source, target, transition, from_state) in enumerate(ends):
         edge = f"t{index}"
         diagram.transitions.setdefault((from_state, transition.key), []).append(edge)
         style = _EDGE_STYLES.get(transition.trigger_type, "solid")
+        edges.append(Edge(edge, source, target, transition.key, style, _label(transition.raw)))
+    return nodes, edges, diagram
+
+
+def dot_source(
+    definition: WorkflowDefinition, state_link: Callable[[str], str] | None = None
+) -> tuple[str, Diagram]:
+    """The DOT text of the diagram and the ids it gives states and transitions."""
+    nodes, edges, diagram = graph(definition, state_link)
+    return dot_text(nodes, edges), diagram
+
+
+def dot_text(nodes: list[Node], edges: list[Edge]) -> str:
+    """The graph in Graphviz's DOT language."""
+    lines = [
+        "digraph workflow {",
+        'graph [rankdir=LR bgcolor="transparent" fontname="Helvetica" nodesep=0.35 ranksep=0.6]',
+        'node [fontname="Helvetica" fontsize=11 color="#455a64"]',
+        'edge [fontname="Helvetica" fontsize=9 color="#607d8b" fontcolor="#37474f"]',
+    ]
+    shapes = {kind: shape for shape, kind in _SHAPES.values()}
+    for node in nodes:
+        if node.kind == "start":
+            lines.append(
+                'start [shape=circle width=0.18 label="" style=filled fillcolor="#263238" '
+                'id="start"]'
+            )
+        elif node.kind == "any":
+            lines.append(
+                f'{node.id} [label={_quote(node.label)} shape=plaintext fontcolor="#78909c" '
+                f'id="{node.id}"]'
+            )
+        else:
+            link = f" URL={_quote(node.link)} target=_top" if node.link else ""
+            lines.append(
+                f"{node.id} [label={_quote(node.label)} {shapes[node.kind]} "
+                f'fillcolor={_quote(FILLS[node.kind])} id="{node.id}" '
+                f'class="state state-{node.kind}" tooltip={_quote(node.tooltip)}{link}]'
+            )
+    for edge in edges:
         lines.append(
-            f"{source} -> {target} [label={_quote(transition.key)} style={style} "
-            f'id="{edge}" class="transition" tooltip={_quote(_label(transition.raw))}]'
+            f"{edge.source} -> {edge.target} [label={_quote(edge.label)} style={edge.style} "
+            f'id="{edge.id}" class="transition" tooltip={_quote(edge.tooltip)}]'
         )
     lines.append("}")
-    return "\n".join(lines), diagram
+    return "\n".join(lines)
 
 
 def _edge(

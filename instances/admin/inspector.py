@@ -24,7 +24,7 @@ from instances.queue import jobs_of_instance_list
 from instances.status import JobStatus, Trigger, choices
 from instances.wiring import engine
 from locks.models import ResourceLock
-from workflows.diagram import graphviz_available, render
+from workflows.diagram import render, unavailable_reason
 
 # Timelines and data histories longer than this show their newest rows (the rest are counted).
 MAX_ROWS = 500
@@ -61,11 +61,9 @@ def diagram_panel(instance: Instance, path: list[InstanceTransition]) -> SafeStr
     )
     drawn = render(definition) if definition is not None else None
     if drawn is None:
-        reason = "Graphviz is not installed (apt-get install graphviz)"
-        if definition is None:
-            reason = "the workflow version is not published"
-        elif graphviz_available():
-            reason = "the diagram could not be drawn (see the server log)"
+        reason = "the workflow version is not published"
+        if definition is not None:
+            reason = unavailable_reason()
         return format_html("<p>No diagram: {}.</p>", reason)
     scope = f"diagram-{instance.pk}"
     taken = [(row.from_state, row.transition_key) for row in path if row.status == "completed"]
