@@ -41,8 +41,9 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/vnext_test
 # Test processes (pytest-xdist, a file at a time so a file's servers start once); 0: one process.
 TEST_PROCESSES ?= 2
 # The browser tests (tests/site/test_admin__browser_*.py) drive Debian's chromium through its
-# chromedriver, and the admin draws state diagrams with Graphviz's dot; `make browser` installs
-# them with apt-get (as root, or through sudo).
+# chromedriver; Graphviz's dot, when installed, draws the admin's state diagrams (without it the
+# built-in layout does, and the tests of the Graphviz path skip); `make browser` installs them with
+# apt-get (as root, or through sudo).
 CHROMEDRIVER := /usr/bin/chromedriver
 DOT := /usr/bin/dot
 BROWSER_PACKAGES := chromium chromium-driver graphviz
@@ -78,7 +79,7 @@ python: ## Show the Python the virtualenv is made with (choose another with PYTH
 	@if [ -n "$(PYVER)" ]; then echo "$(PYVER) $(PYTHON)"; \
 	else echo "No Python >= 3.11 found ($(or $(PYTHON),$(PYTHON_CHOICES)))" >&2; exit 1; fi
 
-browser: ## Install chromium, chromedriver (browser tests) and graphviz (admin diagrams) with apt-get, once
+browser: ## Install chromium, chromedriver (browser tests) and graphviz (optional: admin diagrams) with apt-get, once
 	@[ -x $(CHROMEDRIVER) ] && [ -x $(DOT) ] || { \
 	  echo "==> $(CHROMEDRIVER) or $(DOT) is missing: apt-get install $(BROWSER_PACKAGES)"; \
 	  apt="$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get"; \
