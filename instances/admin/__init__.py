@@ -22,7 +22,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Exists, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -101,6 +101,25 @@ class BusyPastLeaseFilter(admin.SimpleListFilter):
             return queryset
         lease = timedelta(seconds=float(vnext_setting("BUSY_LEASE_SECONDS")))
         return queryset.filter(status=InstanceStatus.BUSY, busy_since__lt=timezone.now() - lease)
+
+
+class EndedFilter(admin.SimpleListFilter):
+    """Completed instances by how they ended: the workflow's cancel (state subtype
+    `cancelled`, the partial index `instance_cancelled`) or otherwise (the dashboard's links)."""
+
+    title = "ended"
+    parameter_name = "ended"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("completed", "Completed"), ("cancelled", "Cancelled")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        cancelled = Q(status=InstanceStatus.COMPLETED, effective_state_subtype="cancelled")
+        if self.value() == "cancelled":
+            return queryset.filter(cancelled)
+        if self.value() == "completed":
+            return queryset.filter(status=InstanceStatus.COMPLETED).exclude(cancelled)
+        return queryset
 
 
 class ErrorCodeFilter(admin.SimpleListFilter):
@@ -328,6 +347,7 @@ class InstanceAdmin(admin.ModelAdmin):
         OpenIncidentFilter,
         ErrorCodeFilter,
         BusyPastLeaseFilter,
+        EndedFilter,
         ("created_at", admin.DateFieldListFilter),
         ("updated_at", admin.DateFieldListFilter),
     ]
@@ -628,6 +648,9 @@ class PermittedActionsMixin:
         return response
 
 
+# A list cell kept to one line, in monospace (ids, JSON).
+_ONE_LINE = "white-space:nowrap;font-family:monospace;font-size:11px"
+
 # Only `instances.queue` imports the job model (the import contract): its page takes the class
 # from the app registry.
 _JOB_MODEL = apps.get_model("instances", "Job")
@@ -637,7 +660,19 @@ _JOB_MODEL = apps.get_model("instances", "Job")
 class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     """The durable job queue; operators replay jobs through the same service as `jobs_replay`."""
 
-    list_display = ["id", "kind", "instance", "state", "status", "due", "attempts", "error"]
+    # Compact rows: the instance as a short id (the whole one in its title), the payload and
+    # the error cut to one line; no row grows past one line at 1440 px.
+    list_display = [
+        "id",
+        "kind",
+        "instance_short",
+        "state",
+        "status",
+        "due",
+        "attempts",
+        "payload_preview",
+        "error",
+    ]
     list_filter = ["kind", "status", "run_at"]
     search_fields = ["instance__id", "dedupe_key"]
     readonly_fields = [
@@ -651,11 +686,34 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         """When it is (or was) due, to the second, with its age."""
         return inspector.when(job.run_at)
 
+    @admin.display(description="Instance", ordering="instance_id")
+    def instance_short(self, job: Job) -> str:
+        """The instance's id cut to 8 characters (whole in the title), linking to its page."""
+        if job.instance_id is None:
+            return "-"
+        url = reverse("admin:instances_instance_change", args=[job.instance_id])
+        return format_html(
+            '<a href="{}" title="{}" style="{}">{}</a>',
+            url,
+            job.instance_id,
+            _ONE_LINE,
+            str(job.instance_id)[:8],
+        )
+
+    @admin.display(description="Payload")
+    def payload_preview(self, job: Job) -> str:
+        """The payload as one line of compact JSON, cut to fit (the title and the job's page
+        have more)."""
+        text = json.dumps(job.payload, ensure_ascii=False, separators=(",", ":"), default=str)
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        return format_html('<span title="{}" style="{}">{}</span>', text[:1000], _ONE_LINE, shown)
+
     @admin.display(description="Last error")
     def error(self, job: Job) -> str:
         """The last error's first line, cut to fit the list (the job's page has it whole)."""
         first = job.last_error.strip().splitlines()[0] if job.last_error.strip() else ""
-        return first if len(first) <= 80 else first[:77] + "..."
+        shown = first if len(first) <= 80 else first[:77] + "..."
+        return format_html('<span title="{}" style="white-space:nowrap">{}</span>', first, shown)
 
     @admin.display(description="Payload")
     def pretty_payload(self, job: Job) -> str:

@@ -72,6 +72,14 @@ def test_operator_finds_a_fault_by_code_inspects_it_retries_it_and_sees_it_compl
     dashboard = driver.find_element(By.ID, "vnext-dashboard").text
     assert "Faulted: 1" in dashboard
     assert f"{code}: 1" in dashboard
+    # Compact: the cards side by side, each figure one line with its label; the last hour drawn.
+    cards = driver.find_elements(By.CSS_SELECTOR, "#vnext-dashboard .vnext-cards > .vnext-card")
+    assert cards[0].location["y"] == cards[1].location["y"]
+    faulted = driver.find_element(
+        By.XPATH, "//a[@class='vnext-figure'][starts-with(normalize-space(.), 'Faulted')]/.."
+    )
+    assert faulted.size["height"] <= 24
+    assert driver.find_elements(By.CSS_SELECTOR, "#vnext-dashboard svg.vnext-spark")
     shot(driver, "0-dashboard")
     driver.get(live_server.url + reverse("admin:instances_instance_changelist"))
     counts = driver.find_element(By.ID, "vnext-status-counts").text
