@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from django.core.management.base import CommandError, connections
+from django.core.management.base import CommandError
+from django.db import connections
 
 from instances.management.commands.instances_retry import AMBIGUOUS, Command
 from instances.models import Instance
