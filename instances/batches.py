@@ -25,7 +25,7 @@ from django.utils import timezone
 from instances.engine.errors import Codes, VNextError, refused_at
 from instances.engine.outcomes import PipelineFault, PipelineSuperseded
 from instances.job_handlers import HANDLERS, RetryLater
-from instances.models import Batch, BatchItem, OperatorAction
+from instances.models import Batch, BatchItem, Instance, OperatorAction
 from instances.operations import operator_action_record
 from instances.queue import job_batch_enqueue
 from instances.repair import Actor, instance_migrate, instance_resume, instance_suspend
@@ -108,10 +108,6 @@ def batch_request(body: Any) -> BatchRequest:
     return BatchRequest(str(operation), filters, arguments)
 
 
-def _filters(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
-
-
 def batch_count(
     *, domain: str, workflow: str, request: BatchRequest, visible: Q | None, roles: frozenset[str]
 ) -> int:
@@ -120,7 +116,7 @@ def batch_count(
     return instance_ids_matching(
         domain=domain,
         workflow=workflow,
-        filters=_filters(request.filter),
+        filters=request.filter,
         visible=visible,
         roles=roles,
     ).count()
@@ -141,7 +137,7 @@ def batch_create(
     ids = instance_ids_matching(
         domain=domain,
         workflow=workflow,
-        filters=_filters(request.filter),
+        filters=request.filter,
         visible=visible,
         roles=roles,
     ).values("id")
@@ -261,8 +257,8 @@ def batch_work(batch_id: uuid.UUID, *, chunk: int | None = None) -> bool:
         .order_by("position")
         .values_list("pk", flat=True)[:size]
     )
-    for item_id in pending:
-        if not _handle_item(batch_id, item_id):
+    for start in range(0, len(pending), GROUP):
+        if not _handle_group(batch_id, pending[start : start + GROUP]):
             return False  # cancelled, or finished by another run
     if len(pending) == size:
         return True
@@ -278,33 +274,51 @@ def batch_work(batch_id: uuid.UUID, *, chunk: int | None = None) -> bool:
     return batch.status == BatchStatus.RUNNING
 
 
-def _handle_item(batch_id: uuid.UUID, item_id: int) -> bool:
-    """One item, exactly once: under the batch row's lock, skipped if another run handled it;
-    False when the batch no longer runs."""
+# Items handled in one transaction: their operations, outcomes and counters commit together (a
+# commit per item would spend most of a batch's time flushing the log), while the instance rows
+# a group locks stay locked for a moment only.
+GROUP = 25
+_COUNTERS = {
+    BatchOutcome.DONE: "done",
+    BatchOutcome.REFUSED: "refused",
+    BatchOutcome.FAILED: "failed",
+}
+
+
+def _handle_group(batch_id: uuid.UUID, item_ids: list[int]) -> bool:
+    """Some items, each exactly once: under the batch row's lock (cancel takes it too), the
+    ones another run handled meanwhile skipped, each operation in its own savepoint (a refusal
+    undoes its writes only); False when the batch no longer runs."""
     with transaction.atomic():
         batch = Batch.objects.select_for_update().get(pk=batch_id)
         if batch.status != BatchStatus.RUNNING:
             return False
-        item = BatchItem.objects.filter(pk=item_id, outcome=BatchOutcome.PENDING).first()
-        if item is None:
-            return True
-        try:
-            with transaction.atomic():
-                outcome, reason = BatchOutcome.DONE, OPERATIONS[batch.operation](batch, item)
-        except (VNextError, PipelineFault, PipelineSuperseded) as refused:
-            outcome, reason = BatchOutcome.REFUSED, _why(refused)
-        except Exception as failed:  # anything unexpected is that item's outcome, not the batch's
-            outcome, reason = BatchOutcome.FAILED, f"{type(failed).__name__}: {failed}"
-        item.outcome, item.reason, item.handled_at = outcome, reason[:2000], timezone.now()
-        item.save(update_fields=["outcome", "reason", "handled_at"])
-        counter = {
-            BatchOutcome.DONE: "done",
-            BatchOutcome.REFUSED: "refused",
-            BatchOutcome.FAILED: "failed",
-        }[outcome]
-        Batch.objects.filter(pk=batch_id).update(**{counter: F(counter) + 1})
-        if outcome != BatchOutcome.DONE:
-            _audit(batch, item, outcome, reason)
+        items = list(
+            BatchItem.objects.filter(pk__in=item_ids, outcome=BatchOutcome.PENDING).order_by(
+                "position"
+            )
+        )
+        counts = dict.fromkeys(_COUNTERS.values(), 0)
+        audits: list[OperatorAction] = []
+        for item in items:
+            try:
+                with transaction.atomic():
+                    outcome, reason = BatchOutcome.DONE, OPERATIONS[batch.operation](batch, item)
+            except (VNextError, PipelineFault, PipelineSuperseded) as refused:
+                outcome, reason = BatchOutcome.REFUSED, _why(refused)
+            except (
+                Exception
+            ) as failed:  # an unexpected error is the item's outcome, not the batch's
+                outcome, reason = BatchOutcome.FAILED, f"{type(failed).__name__}: {failed}"
+            item.outcome, item.reason, item.handled_at = outcome, reason[:2000], timezone.now()
+            counts[_COUNTERS[outcome]] += 1
+            if outcome != BatchOutcome.DONE or batch.operation in AUDITED_HERE:
+                audits.append(_audit_row(batch, item))
+        BatchItem.objects.bulk_update(items, ["outcome", "reason", "handled_at"])
+        OperatorAction.objects.bulk_create(audits)
+        Batch.objects.filter(pk=batch_id).update(
+            **{name: F(name) + count for name, count in counts.items() if count}
+        )
     return True
 
 
@@ -314,7 +328,12 @@ def _why(refused: VNextError | PipelineFault | PipelineSuperseded) -> str:
     return f"{refused.code}: {refused.message}" if hasattr(refused, "message") else str(refused)
 
 
-def _audit(batch: Batch, item: BatchItem, outcome: str, detail: str) -> None:
+# Suspend, resume and migrate record their own audit row (with the channel the batch gives
+# them); a retry and a cancel accepted here are recorded with the batch's other rows.
+AUDITED_HERE = frozenset({BatchOperation.RETRY, BatchOperation.CANCEL})
+
+
+def _audit_row(batch: Batch, item: BatchItem) -> OperatorAction:
     actions: dict[str, str] = {
         BatchOperation.RETRY: OperatorAction.Action.RETRY,
         BatchOperation.CANCEL: OperatorAction.Action.CANCEL,
@@ -322,14 +341,16 @@ def _audit(batch: Batch, item: BatchItem, outcome: str, detail: str) -> None:
         BatchOperation.RESUME: OperatorAction.Action.RESUME,
         BatchOperation.MIGRATE: OperatorAction.Action.MIGRATE,
     }
-    action = actions[batch.operation]
-    operator_action_record(
+    exists = (
+        item.outcome == BatchOutcome.DONE or Instance.objects.filter(pk=item.instance_id).exists()
+    )
+    return OperatorAction(
         actor=batch.created_by,
         channel=Channel.BATCH,
-        action=action,
-        instance_id=item.instance_id,
-        target=f"batch {batch.pk}",
-        outcome=f"{outcome}: {detail}" if detail else str(outcome),
+        action=actions[batch.operation],
+        instance_id=item.instance_id if exists else None,
+        target=f"batch {batch.pk}" + ("" if exists else f" (instance {item.instance_id})"),
+        outcome=f"{item.outcome}: {item.reason}" if item.reason else str(item.outcome),
     )
 
 
@@ -348,7 +369,6 @@ def _retry(batch: Batch, item: BatchItem) -> str:
         info=RequestInfo(actor=batch.created_by),
         sync=False,
     )
-    _audit(batch, item, BatchOutcome.DONE, "retry accepted; a job re-runs it")
     return "retry accepted; a job re-runs it"
 
 
@@ -374,7 +394,6 @@ def _cancel(batch: Batch, item: BatchItem) -> str:
         info=RequestInfo(actor=batch.created_by),
         addressed=instance,
     )
-    _audit(batch, item, BatchOutcome.DONE, "cancel accepted; a job runs it")
     return "cancel accepted; a job runs it"
 
 

@@ -355,10 +355,23 @@ def jobs_due(limit: int = 100) -> list[int]:
 
 def jobs_dispatch_due(limit: int = 500) -> int:
     """The periodic safety net: fail the jobs whose lease expired on their last attempt, then
-    hand every due job to the runner again. Returns how many were dispatched."""
+    hand the runner again the due jobs whose message may be lost: those running past their
+    lease, and those pending for `JOB_REDISPATCH_SECONDS` since they were last handed over.
+    A pending job is dispatched when it commits; sending every pending one again on each sweep
+    would flood the broker with duplicates whenever a backlog (a batch's thousands of retries)
+    takes longer than a sweep to drain. Returns how many were dispatched."""
     jobs_fail_expired_leases()
-    due = jobs_due(limit)
-    jobs_dispatch([(job_id, timezone.now()) for job_id in due])
+    now = timezone.now()
+    quiet = now - timedelta(seconds=float(vnext_setting("JOB_REDISPATCH_SECONDS")))
+    lost = Q(status=JobStatus.RUNNING) | Q(updated_at__lte=quiet)
+    due = list(
+        Job.objects.filter(_due(now, max_attempts()) & lost)
+        .order_by("run_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    # Handed over now: not again before another quiet period.
+    Job.objects.filter(pk__in=due, status=JobStatus.PENDING).update(updated_at=now)
+    jobs_dispatch([(job_id, now) for job_id in due])
     return len(due)
 
 

@@ -162,14 +162,14 @@ def instance_ids_matching(
     *,
     domain: str,
     workflow: str,
-    filters: Sequence[str] = (),
+    filters: str | dict[str, Any] | Sequence[str] = (),
     visible: Q | None = None,
     roles: frozenset[str] | None = None,
 ) -> QuerySet[Instance]:
     """The instances of a workflow the list API's `filters` match (and `visible` keeps), as
     an id-only queryset in creation order: what a batch operation freezes. The same checks as
     `instance_list` (refused fields, a `groupBy` makes no sense here)."""
-    query = parse_query(list(filters))
+    query = parse_query(filters if isinstance(filters, str | dict) else list(filters))
     if query.group is not None:
         raise VNextError(Codes.FILTER_INVALID, "A batch filter selects instances: no groupBy.")
     queryset: QuerySet[Instance] = Instance.objects.filter(domain=domain, workflow_key=workflow)

@@ -118,6 +118,9 @@ DEFAULTS: dict[str, Any] = {
     "JOB_DISPATCH": None,
     # How long a claimed job is its worker's; past it another worker may take it over.
     "JOB_LEASE_SECONDS": 30.0,
+    # The dispatch sweep hands a pending due job to the broker again once it has waited this
+    # long since it was last handed over (its message may be lost).
+    "JOB_REDISPATCH_SECONDS": 30.0,
     "JOB_MAX_ATTEMPTS": 5,
     "JOB_RETRY_BASE_SECONDS": 2.0,
     # Succeeded, cancelled and skipped jobs are pruned after this many days.

@@ -295,6 +295,7 @@ VNEXT = {
     "EXAMPLES_DIR": BASE_DIR / "examples",
     "JOB_DISPATCH": env.str("VNEXT_JOB_DISPATCH", default="") or None,
     "JOB_LEASE_SECONDS": env.float("VNEXT_JOB_LEASE_SECONDS", default=30.0),
+    "JOB_REDISPATCH_SECONDS": env.float("VNEXT_JOB_REDISPATCH_SECONDS", default=30.0),
     "JOB_MAX_ATTEMPTS": env.int("VNEXT_JOB_MAX_ATTEMPTS", default=5),
     "JOB_RETENTION_DAYS": env.float("VNEXT_JOB_RETENTION_DAYS", default=7.0),
     "FAILED_JOB_RETENTION_DAYS": env.float("VNEXT_FAILED_JOB_RETENTION_DAYS", default=90.0),

@@ -34,7 +34,12 @@ def test_fifty_updates_with_a_worker_killed_midway_all_apply_once_in_order(
 ):
     # The worker's lease is 3 s (Worker). Whatever the kill interrupted is rolled back with the
     # lane's transaction, or was committed with its ticket's end: applied once either way.
-    settings.VNEXT = {**settings.VNEXT, "DATA_WRITE_WAIT_SECONDS": 60.0, "JOB_LEASE_SECONDS": 3}
+    settings.VNEXT = {
+        **settings.VNEXT,
+        "DATA_WRITE_WAIT_SECONDS": 60.0,
+        "JOB_LEASE_SECONDS": 3,
+        "JOB_REDISPATCH_SECONDS": 2,
+    }
     publish(tally())
     instance_id = started(operator_client, "tally")
     url = f"{BASE}/{instance_id}/transitions/update-data"
