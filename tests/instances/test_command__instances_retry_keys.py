@@ -9,7 +9,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
 
-from instances.management.commands.instances_retry import AMBIGUOUS, Command
+from instances.management.commands._instance_refs import AMBIGUOUS
+from instances.management.commands.instances_retry import Command
 from instances.models import Instance
 from tests.instances.operator_fixtures import faulted_instance, publish_workflows
 

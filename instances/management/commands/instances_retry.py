@@ -3,14 +3,14 @@ admin's Retry action and the API's `POST .../retry` (`operator_retry` -> `instan
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
+from instances.management.commands._instance_refs import instance_id_of
 from instances.models import Instance
 from instances.operations import (
     FAULTED_AGAIN,
@@ -20,7 +20,7 @@ from instances.operations import (
     operator_retry,
     retry_plan,
 )
-from instances.status import InstanceStatus
+from instances.status import Channel, InstanceStatus
 
 _SELECTORS = ("refs", "workflow", "state", "error_code", "since", "until", "all")
 
@@ -30,47 +30,6 @@ def _moment(value: str, name: str) -> Any:
     if parsed is None:
         raise CommandError(f"--{name} {value!r} is not an ISO 8601 date-time")
     return parsed
-
-
-# Exit code of a selection that names no instance, or a business key several workflows share
-# (argparse's own code for a usage error: the command line must say more).
-AMBIGUOUS = 2
-
-
-def _instance_id(ref: str, *, domain: str | None, workflow: str | None) -> uuid.UUID:
-    """The instance `--id` names: a UUID as it is, else a business key resolved as the API
-    resolves `{instance}` (the live instance first, then the newest), within --domain and
-    --workflow when given. A key found in several workflows is refused, never guessed."""
-    try:
-        return uuid.UUID(ref)
-    except ValueError:
-        pass
-    # The business-key index (`instance_business_key`: key first) serves this at any size.
-    found = Instance.objects.filter(key=ref)
-    if domain:
-        found = found.filter(domain=domain)
-    if workflow:
-        found = found.filter(workflow_key=workflow)
-    rows = list(
-        found.order_by(
-            ExpressionWrapper(Q(status=InstanceStatus.COMPLETED), output_field=BooleanField()),
-            "-created_at",
-        ).values_list("id", "domain", "workflow_key")[:50]
-    )
-    scope = "".join(
-        f" {name} {value}" for name, value in (("in", domain), ("of", workflow)) if value
-    )
-    if not rows:
-        raise CommandError(f"no instance with id or business key {ref!r}{scope}", returncode=1)
-    workflows = sorted({(row[1], row[2]) for row in rows})
-    if len(workflows) > 1:
-        named = ", ".join(f"{d}/{w}" for d, w in workflows)
-        raise CommandError(
-            f"business key {ref!r} names instances of several workflows ({named}): "
-            "add --workflow (and --domain) or pass the instance UUID",
-            returncode=AMBIGUOUS,
-        )
-    return rows[0][0]
 
 
 class Command(BaseCommand):
@@ -112,7 +71,7 @@ class Command(BaseCommand):
                 "--until, or --all"
             )
         options["ids"] = [
-            _instance_id(ref, domain=options.get("domain"), workflow=options.get("workflow"))
+            instance_id_of(ref, domain=options.get("domain"), workflow=options.get("workflow"))
             for ref in options.get("refs") or []
         ]
         instances = list(self._selected(options))
@@ -135,7 +94,9 @@ class Command(BaseCommand):
         quiet = options["no_progress"] or options["verbosity"] == 0
         counts = dict.fromkeys((RETRIED, FAULTED_AGAIN, REFUSED, SKIPPED), 0)
         for instance in tqdm(instances, desc="retrying", disable=quiet):
-            result = operator_retry(instance=instance, actor=options["operator"])
+            result = operator_retry(
+                instance=instance, actor=options["operator"], channel=Channel.COMMAND
+            )
             counts[result.outcome] += 1
             if result.failed:
                 self.stderr.write(self.style.WARNING(str(result)))
