@@ -15,7 +15,14 @@ from instances.engine.errors import Codes, VNextError
 from instances.engine.outcomes import PipelineFault, PipelineSuperseded
 from instances.models import Incident, Instance, OperatorAction
 from instances.orm_store import FaultToRetry, OrmStore, incidents_resolve
-from instances.services import RequestInfo, instance_retry, instance_transition, workflow_definition
+from instances.run_requests import faulted_transition
+from instances.services import (
+    RequestInfo,
+    instance_retry,
+    instance_transition,
+    transition_payload_check,
+    workflow_definition,
+)
 from instances.snapshots import snapshot_of
 from instances.status import Channel, InstanceStatus
 from locks.models import ResourceLock
@@ -106,6 +113,27 @@ def retry_plan(*, instance: Instance) -> RetryPlan:
         .first()
     )
     return RetryPlan(instance, fault, incident)
+
+
+def retry_correction_check(*, instance: Instance, correction: dict[str, Any]) -> None:
+    """Check an operator's correction against the schema of the transition a retry of the
+    Faulted `instance` re-runs, as the API checks that transition's body (400 `App:900002`,
+    pointers relative to the data). An empty correction changes nothing and is not checked;
+    neither is a transition without a schema."""
+    if not correction or instance.status != InstanceStatus.FAULTED:
+        return
+    fault = _store.fault_to_retry(snapshot_of(instance))
+    definition = workflow_definition(
+        instance.domain, instance.workflow_key, instance.workflow_version
+    )
+    transition = faulted_transition(definition, fault) if fault is not None else None
+    if transition is None:
+        return
+    # Raw mode: the correction is the data itself, so a pointer reads `/divisor`.
+    raw = RequestInfo(headers={"x-vnext-payload-mode": "raw"})
+    transition_payload_check(
+        definition=definition, transition=transition, body=correction, info=raw
+    )
 
 
 def operator_retry(

@@ -56,7 +56,7 @@ def retry_request(
 ) -> TransitionRequest:
     """The request that re-runs `fault`'s transition from its failed step (a sync retry, or the
     job of an async one) on instance `instance_id`."""
-    transition = _faulted_transition(definition, fault) if fault else None
+    transition = faulted_transition(definition, fault) if fault else None
     if fault is None or transition is None:
         raise VNextError(
             Codes.INSTANCE_FAULTED,
@@ -111,7 +111,7 @@ def boundary_retry_request(
     that failed (`job.boundary_retry`, written by the engine when it scheduled it)."""
     retry = job.boundary_retry
     fault = retry.fault
-    transition = _faulted_transition(definition, fault)
+    transition = faulted_transition(definition, fault)
     if transition is None or fault.step not in Order.__members__:
         raise VNextError(
             Codes.TRANSITION_NOT_FOUND,
@@ -132,9 +132,8 @@ def boundary_retry_request(
     return request
 
 
-def _faulted_transition(
-    definition: WorkflowDefinition, fault: FaultToRetry
-) -> TransitionDef | None:
+def faulted_transition(definition: WorkflowDefinition, fault: FaultToRetry) -> TransitionDef | None:
+    """The transition a retry of `fault` re-runs (None: the definition has it no more)."""
     if fault.transition_key == definition.start.key and not fault.from_state:
         return definition.start
     found = definition.transition_for(fault.from_state, fault.transition_key)

@@ -25,12 +25,20 @@ from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from instances.admin import batches as batches  # registers the Batches admin
 from instances.admin import inspector
+from instances.admin.operator_pages import (
+    OperatorPages,
+    buttons_for,
+    other_versions,
+    state_mapping,
+)
 from instances.counts import estimated_rows, instance_counts
+from instances.engine.errors import VNextError
 from instances.models import (
     Correlation,
     Incident,
@@ -45,8 +53,9 @@ from instances.operations import (
     operator_retry,
     retry_plan,
 )
+from instances.repair import Actor, instance_migrate, instance_resume, instance_suspend
 from instances.replay import REPLAYED, job_replay
-from instances.status import FlowType, InstanceStatus, choices
+from instances.status import Channel, FlowType, InstanceStatus, choices
 from instances.wiring import engine
 from vnext.admin_site import broker_configured
 from vnext.conf import vnext_setting
@@ -282,7 +291,7 @@ class OperatorActionInline(_ReadOnlyInline):
     """The audit trail of operators' actions on the instance, newest first."""
 
     model = OperatorAction
-    fields = readonly_fields = ("created_at", "actor", "action", "target", "outcome")
+    fields = readonly_fields = ("created_at", "actor", "channel", "action", "target", "outcome")
     ordering = ["-created_at"]
     verbose_name_plural = "Operator actions (audit)"
 
@@ -315,11 +324,14 @@ class ChildCorrelationInline(_ReadOnlyInline):
 
 
 # The operator actions of the instance admin; posting one needs `instances.change_instance`.
-OPERATOR_ACTIONS = ("retry", "cancel", "resolve_incidents")
+OPERATOR_ACTIONS = ("retry", "cancel", "resolve_incidents", "suspend", "resume", "migrate")
 _LEVELS = {
     "retried": messages.SUCCESS,
     "cancelled": messages.SUCCESS,
     "resolved": messages.SUCCESS,
+    "suspended": messages.SUCCESS,
+    "resumed": messages.SUCCESS,
+    "migrated": messages.SUCCESS,
     "skipped": messages.INFO,
 }
 
@@ -387,7 +399,20 @@ class InstanceAdmin(admin.ModelAdmin):
         ChildCorrelationInline,
         OperatorActionInline,
     ]
-    actions = ["retry", "cancel", "resolve_incidents"]
+    actions = ["retry", "cancel", "resolve_incidents", "suspend", "resume", "migrate"]
+
+    def get_urls(self) -> list[URLPattern]:
+        """The inspector's operator buttons (`operator_pages`): each a POST, operators only."""
+        pages = OperatorPages(self)
+        routes = [
+            path(
+                f"<path:object_id>/operate/{name}/",
+                self.admin_site.admin_view(getattr(pages, name)),
+                name=f"instances_instance_{name}",
+            )
+            for name in ("retry", "cancel", "suspend", "resume", "migrate")
+        ]
+        return [*routes, *super().get_urls()]
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Instance], search_term: str
@@ -571,6 +596,127 @@ class InstanceAdmin(admin.ModelAdmin):
         self._report(request, [incident_resolve(instance=i, actor=actor) for i in instances])
         return None
 
+    @admin.action(description="Suspend the selected instances", permissions=["change"])
+    def suspend(
+        self, request: HttpRequest, queryset: QuerySet[Instance]
+    ) -> TemplateResponse | None:
+        """Confirm, then `instance_suspend` each (only Active ones are; the rest refused)."""
+        return self._suspend_or_resume(request, queryset, suspend=True)
+
+    @admin.action(description="Resume the selected suspended instances", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Instance]) -> TemplateResponse | None:
+        """Confirm, then `instance_resume` each."""
+        return self._suspend_or_resume(request, queryset, suspend=False)
+
+    def _suspend_or_resume(
+        self, request: HttpRequest, queryset: QuerySet[Instance], *, suspend: bool
+    ) -> TemplateResponse | None:
+        instances = list(queryset.order_by("created_at"))
+        action, title = ("suspend", "Suspend") if suspend else ("resume", "Resume")
+        if request.POST.get("confirm") != "yes":
+            return self._confirmation(request, action, title, instances=instances)
+        service = instance_suspend if suspend else instance_resume
+        actor = Actor(request.user.get_username(), Channel.ADMIN)
+        results = []
+        for instance in instances:
+            try:
+                moved = service(
+                    domain=instance.domain,
+                    workflow=instance.workflow_key,
+                    ref=str(instance.pk),
+                    actor=actor,
+                )
+                done = "suspended" if suspend else "resumed"
+                results.append(OperatorResult(instance.pk, done, f"status {moved.status}"))
+            except VNextError as refused:
+                results.append(
+                    OperatorResult(instance.pk, "refused", f"{refused.code}: {refused.detail}")
+                )
+        self._report(request, results)
+        return None
+
+    @admin.action(
+        description="Migrate the selected instances to a version…", permissions=["change"]
+    )
+    def migrate(
+        self, request: HttpRequest, queryset: QuerySet[Instance]
+    ) -> TemplateResponse | None:
+        """Choose a version (and a state mapping), see each instance's dry run, then apply
+        `instance_migrate` to each; a refusal is reported per instance."""
+        instances = list(queryset.order_by("created_at"))
+        versions: dict[str, None] = {}
+        for instance in instances:
+            versions.update(dict.fromkeys(other_versions(instance)))
+        target = request.POST.get("target_version", "")
+        mapping_text = request.POST.get("state_mapping", "")
+        mapping, bad = state_mapping(mapping_text)
+        actor = Actor(request.user.get_username(), Channel.ADMIN)
+        if request.POST.get("confirm") != "yes" or not target or bad:
+            reports = (
+                [self._migration_report(instance, target, mapping, actor) for instance in instances]
+                if target and not bad
+                else []
+            )
+            return self._confirmation(
+                request,
+                "migrate",
+                "Migrate to version",
+                instances=instances,
+                versions=list(versions),
+                target=target,
+                mapping_text=mapping_text,
+                bad_mapping=bad,
+                reports=reports,
+                applicable=any(report["refused"] is None for report in reports),
+            )
+        results = []
+        for instance in instances:
+            try:
+                plan = instance_migrate(
+                    domain=instance.domain,
+                    workflow=instance.workflow_key,
+                    ref=str(instance.pk),
+                    target_version=target,
+                    state_mapping=mapping,
+                    actor=actor,
+                )
+                detail = (
+                    f"{plan.instance.workflow_version} -> {plan.target_version}, "
+                    f"state {plan.instance.current_state} -> {plan.to_state}"
+                )
+                results.append(OperatorResult(instance.pk, "migrated", detail))
+            except VNextError as refused:
+                results.append(
+                    OperatorResult(instance.pk, "refused", f"{refused.code}: {refused.detail}")
+                )
+        self._report(request, results)
+        return None
+
+    def _migration_report(
+        self, instance: Instance, target: str, mapping: dict[str, str], actor: Actor
+    ) -> dict[str, Any]:
+        try:
+            plan = instance_migrate(
+                domain=instance.domain,
+                workflow=instance.workflow_key,
+                ref=str(instance.pk),
+                target_version=target,
+                state_mapping=mapping,
+                actor=actor,
+                dry_run=True,
+            )
+        except VNextError as refused:  # not found any more, or not readable
+            return {
+                "instanceId": str(instance.pk),
+                "fromVersion": instance.workflow_version,
+                "toVersion": target,
+                "fromState": instance.current_state,
+                "toState": None,
+                "timers": [],
+                "refused": {"code": refused.code, "detail": refused.detail},
+            }
+        return plan.as_json()
+
     def _confirmation(
         self, request: HttpRequest, action: str, title: str, **rows: Any
     ) -> TemplateResponse:
@@ -603,8 +749,15 @@ class InstanceAdmin(admin.ModelAdmin):
         """Read-only for everyone: no save buttons, and no saving the row by POST."""
         if request.method == "POST":
             raise PermissionDenied
+        instance = self.get_object(request, object_id) if object_id else None
+        buttons = (
+            buttons_for(instance, permitted=self.has_change_permission(request))
+            if instance is not None
+            else None
+        )
         extra_context = {
             **(extra_context or {}),
+            "operator_buttons": buttons,
             "show_save": False,
             "show_save_and_continue": False,
             "show_save_and_add_another": False,

@@ -5,16 +5,18 @@ its rows in one query, so the page's query count does not grow with the instance
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from instances.models import (
+    Incident,
     Instance,
     InstanceDataVersion,
     InstanceTask,
@@ -68,12 +70,47 @@ def diagram_panel(instance: Instance, path: list[InstanceTransition]) -> SafeStr
     scope = f"diagram-{instance.pk}"
     taken = [(row.from_state, row.transition_key) for row in path if row.status == "completed"]
     style = drawn.highlight(scope, instance.current_state, taken)
+    svg, badge = drawn.svg, ""
+    incident = (
+        Incident.objects.filter(instance=instance, resolved=False)
+        .order_by("-created_at")
+        .values_list("error_code", "state")
+        .first()
+    )
+    node = drawn.states.get((incident[1] or instance.current_state) if incident else "")
+    if incident and node:
+        svg = _incident_marked(svg, node, incident[0])
+        badge = (
+            f"#{scope} g#{node}.vnext-incident path, #{scope} g#{node}.vnext-incident polygon "
+            "{stroke:#c62828;stroke-width:4px;stroke-dasharray:6 3}"
+            f"#{scope} g#{node}.vnext-incident text {{fill:#b71c1c;font-weight:bold}}"
+        )
     return format_html(
-        '{}<div id="{}" class="vnext-diagram">{}{}</div>',
+        '{}<div id="{}" class="vnext-diagram">{}<style>{}</style>{}{}</div>',
         _STYLE,
         scope,
         mark_safe(style),
-        mark_safe(drawn.svg),
+        mark_safe(badge),
+        format_html(
+            '<p class="vnext-incident-badge" style="color:#c62828">&#9888; open incident {} in '
+            "state {}</p>",
+            incident[0],
+            incident[1] or instance.current_state,
+        )
+        if incident and node
+        else "",
+        mark_safe(svg),
+    )
+
+
+def _incident_marked(svg: str, node: str, code: str) -> str:
+    """The SVG with the state node `node` carrying the class `vnext-incident` (drawn red by
+    the panel's style) and its open incident's error code in its title (the tooltip)."""
+    opening = re.compile(rf'(<g id="{re.escape(node)}" class=")([^"]*)(">\s*<title>)([^<]*)')
+    return opening.sub(
+        lambda m: f"{m[1]}vnext-incident {m[2]}{m[3]}{m[4]} (open incident {escape(code)})",
+        svg,
+        count=1,
     )
 
 
