@@ -1,8 +1,8 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
 The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz`, `fanout`,
-`admin`, `observability`, `funnel`, `crossings`, `order` and `http_order` suites need
-PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
+`admin`, `observability`, `funnel`, `crossings`, `order`, `http_order` and `batches` suites
+need PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
 (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never
 writes to the test database.
 The other suites use no database.
@@ -37,6 +37,7 @@ SUITES = (
     "crossings",
     "order",
     "http_order",
+    "batches",
 )
 # Every suite but these needs PostgreSQL.
 DATABASE_SUITES = set(SUITES) - {"scripts", "validation"}
@@ -79,6 +80,7 @@ def main(argv: list[str]) -> None:
     django.setup()
     from bench import (
         bench_admin,
+        bench_batches,
         bench_crossings,
         bench_fanout,
         bench_funnel,
@@ -113,6 +115,7 @@ def main(argv: list[str]) -> None:
         "crossings": bench_crossings.main,
         "order": bench_order.main,
         "http_order": bench_http_order.main,
+        "batches": bench_batches.main,
     }
     from bench.summary import print_summary
 
