@@ -105,7 +105,7 @@ def main() -> None:
     finished = time.perf_counter()
     batch.refresh_from_db()
     cancelled = Instance.objects.filter(stage="batch", status="C").count()
-    assert batch.total == BATCH_INSTANCES and batch.done == BATCH_INSTANCES, batch
+    assert (batch.total, batch.done) == (BATCH_INSTANCES, BATCH_INSTANCES), batch
     assert cancelled == BATCH_INSTANCES, cancelled
     batch_rate = BATCH_INSTANCES / (finished - started)
     print(
