@@ -23,7 +23,7 @@ from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -34,9 +34,11 @@ from instances.admin import inspector
 from instances.admin.operator_pages import (
     OperatorPages,
     buttons_for,
+    list_filter_as_batch,
     other_versions,
     state_mapping,
 )
+from instances.batches import batch_count, batch_create, batch_request
 from instances.counts import estimated_rows, instance_counts
 from instances.engine.errors import VNextError
 from instances.models import (
@@ -55,7 +57,7 @@ from instances.operations import (
 )
 from instances.repair import Actor, instance_migrate, instance_resume, instance_suspend
 from instances.replay import REPLAYED, job_replay
-from instances.status import Channel, FlowType, InstanceStatus, choices
+from instances.status import BatchOperation, Channel, FlowType, InstanceStatus, choices
 from instances.wiring import engine
 from vnext.admin_site import broker_configured
 from vnext.conf import vnext_setting
@@ -324,7 +326,15 @@ class ChildCorrelationInline(_ReadOnlyInline):
 
 
 # The operator actions of the instance admin; posting one needs `instances.change_instance`.
-OPERATOR_ACTIONS = ("retry", "cancel", "resolve_incidents", "suspend", "resume", "migrate")
+OPERATOR_ACTIONS = (
+    "retry",
+    "cancel",
+    "resolve_incidents",
+    "suspend",
+    "resume",
+    "migrate",
+    "run_batch",
+)
 _LEVELS = {
     "retried": messages.SUCCESS,
     "cancelled": messages.SUCCESS,
@@ -399,7 +409,7 @@ class InstanceAdmin(admin.ModelAdmin):
         ChildCorrelationInline,
         OperatorActionInline,
     ]
-    actions = ["retry", "cancel", "resolve_incidents", "suspend", "resume", "migrate"]
+    actions = ["retry", "cancel", "resolve_incidents", "suspend", "resume", "migrate", "run_batch"]
 
     def get_urls(self) -> list[URLPattern]:
         """The inspector's operator buttons (`operator_pages`): each a POST, operators only."""
@@ -691,6 +701,65 @@ class InstanceAdmin(admin.ModelAdmin):
                 )
         self._report(request, results)
         return None
+
+    @admin.action(description="Run a batch over this filter…", permissions=["change"])
+    def run_batch(self, request: HttpRequest, queryset: QuerySet[Instance]) -> HttpResponse | None:
+        """A batch over every instance the list's filter matches (not only the ticked rows):
+        choose the operation and its fields, see how many it would freeze, then create it
+        (`batch_create`, as the API does) and go to its page."""
+        translated = list_filter_as_batch(request.GET.dict())
+        fields = {
+            name: request.POST.get(name, "").strip()
+            for name in ("operation", "reason", "attributes", "target_version", "state_mapping")
+        }
+        context: dict[str, Any] = {
+            "fields": fields,
+            "operations": choices(BatchOperation),
+            "total": None,
+        }
+        if isinstance(translated, str):
+            context["refusal"] = translated
+            return self._confirmation(request, "run_batch", "Run a batch", **context)
+        domain, key, filters = translated
+        context.update(domain=domain, workflow=key, filters=filters)
+        context["versions"] = _published_versions(domain, key)
+        if not fields["operation"]:
+            return self._confirmation(request, "run_batch", "Run a batch", **context)
+        try:
+            wanted = batch_request(self._batch_body(fields, filters))
+            if request.POST.get("confirm") != "yes":
+                context["total"] = batch_count(
+                    domain=domain, workflow=key, request=wanted, visible=None, roles=frozenset()
+                )
+                return self._confirmation(request, "run_batch", "Run a batch", **context)
+            batch = batch_create(
+                domain=domain,
+                workflow=key,
+                request=wanted,
+                actor=Actor(request.user.get_username(), Channel.ADMIN),
+                visible=None,
+                roles=frozenset(),
+            )
+        except (VNextError, ValueError) as refused:
+            context["refusal"] = str(refused)
+            return self._confirmation(request, "run_batch", "Run a batch", **context)
+        self.message_user(request, f"{batch} created: {batch.total} instance(s)", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:instances_batch_change", args=[batch.pk]))
+
+    def _batch_body(self, fields: dict[str, str], filters: list[str]) -> dict[str, Any]:
+        # The API's body: a JSON correction (retry), a reason, a target and a mapping (migrate).
+        body: dict[str, Any] = {"operation": fields["operation"], "filter": filters}
+        if fields["reason"]:
+            body["reason"] = fields["reason"]
+        if fields["operation"] == BatchOperation.RETRY and fields["attributes"]:
+            body["attributes"] = json.loads(fields["attributes"])
+        if fields["operation"] == BatchOperation.MIGRATE:
+            mapping, bad = state_mapping(fields["state_mapping"])
+            if bad:
+                raise ValueError(f"state mapping: not old=new: {', '.join(bad)}")
+            body["targetVersion"] = fields["target_version"]
+            body["stateMapping"] = mapping
+        return body
 
     def _migration_report(
         self, instance: Instance, target: str, mapping: dict[str, str], actor: Actor

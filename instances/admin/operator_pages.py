@@ -173,12 +173,12 @@ class OperatorPages:
         if request.method != "POST":
             return self._page(request, instance, "retry", text=text, plan=plan, page=Page())
         page = Page()
-        correction: Any = None
+        correction: Any = {}
         try:
             correction = json.loads(text or "{}")
         except json.JSONDecodeError as bad:
             page.errors.append(Violation("", f"not JSON: {bad.msg} (line {bad.lineno})"))
-        if correction is not None and not isinstance(correction, dict):
+        if not page.errors and not isinstance(correction, dict):
             page.errors.append(Violation("", "the corrected data is a JSON object"))
         if not page.errors:
             try:
@@ -298,3 +298,29 @@ class OperatorPages:
             messages.SUCCESS,
         )
         return self._back(instance)
+
+
+# The list's filters a batch can take over, as the list API's `field=operator:value`; any
+# other narrows the list in a way the API's filter cannot say, so the batch is refused.
+_BATCH_FILTERS = {"status__exact": "status", "state": "currentState"}
+_LIST_ONLY = frozenset({"o", "p", "workflow", "_changelist_filters", "_to_field", "_popup"})
+
+
+def list_filter_as_batch(query: dict[str, str]) -> tuple[str, str, list[str]] | str:
+    """The Instances list's filter (its query string) as a batch's `(domain, workflow,
+    filter)`, or why it cannot be one: a batch is over one workflow, and only the status and
+    state filters translate."""
+    domain, _, key = query.get("workflow", "").partition("/")
+    if not domain or not key:
+        return "filter the list by one workflow first (a batch runs over one workflow)"
+    untranslatable = sorted(
+        name for name in query if name not in _LIST_ONLY and name not in _BATCH_FILTERS
+    )
+    if untranslatable:
+        return "a batch takes the workflow, status and state filters only; remove " + ", ".join(
+            untranslatable
+        )
+    filters = [
+        f"{field}=eq:{query[name]}" for name, field in _BATCH_FILTERS.items() if query.get(name)
+    ]
+    return domain, key, filters

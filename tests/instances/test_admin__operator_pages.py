@@ -143,7 +143,7 @@ def test_retry_refuses_text_that_is_not_a_json_object_and_keeps_it():
     broken = faulted_instance()
     client = client_for(staff_operator())
 
-    for text in ('{"divisor": 4', "[4]"):
+    for text in ('{"divisor": 4', "[4]", "null"):
         page = client.post(url("retry", broken), {"correction": text})
         assert page.status_code == 400
         html = page.content.decode()
@@ -379,3 +379,44 @@ def test_view_only_staff_see_batches_but_cannot_cancel_one():
     assert client.post(reverse("admin:instances_batch_cancel", args=[batch.pk])).status_code == 403
     batch.refresh_from_db()
     assert batch.status == "running"
+
+
+def test_run_a_batch_over_the_lists_filter():
+    running = [active_instance() for _ in range(3)]
+    faulted_instance()
+    client = client_for(staff_operator())
+    filtered = CHANGELIST + "?workflow=core/fixable&status__exact=A"
+    data = {"action": "run_batch", "_selected_action": [str(running[0].pk)]}
+
+    chooser = client.post(filtered, data).content.decode()
+    assert "status=eq:A" in chooser
+    counted = client.post(filtered, {**data, "operation": "suspend", "reason": "maintenance"})
+    assert '<strong id="vnext-batch-total">3</strong>' in counted.content.decode()
+    assert not Batch.objects.exists()
+
+    created = client.post(
+        filtered, {**data, "operation": "suspend", "reason": "maintenance", "confirm": "yes"}
+    )
+
+    batch = Batch.objects.get()
+    assert created.url == reverse("admin:instances_batch_change", args=[batch.pk])
+    assert (batch.total, batch.operation, batch.channel, batch.created_by) == (
+        3,
+        "suspend",
+        "admin",
+        "ops",
+    )
+    assert batch.filter == ["status=eq:A"]
+
+
+def test_a_batch_needs_one_workflow_and_translatable_filters():
+    running = active_instance()
+    client = client_for(staff_operator())
+    data = {"action": "run_batch", "_selected_action": [str(running.pk)], "operation": "suspend"}
+
+    page = client.post(CHANGELIST, data).content.decode()
+    assert "filter the list by one workflow first" in page
+    other = client.post(CHANGELIST + "?workflow=core/fixable&open_incident=yes", data)
+    assert "remove open_incident" in other.content.decode()
+    assert not Batch.objects.exists()
+    assert client_for(viewer()).post(CHANGELIST, data).status_code == 403
