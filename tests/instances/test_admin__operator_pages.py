@@ -399,7 +399,7 @@ def test_run_a_batch_over_the_lists_filter():
     )
 
     batch = Batch.objects.get()
-    assert created.url == reverse("admin:instances_batch_change", args=[batch.pk])
+    assert created["Location"] == reverse("admin:instances_batch_change", args=[batch.pk])
     assert (batch.total, batch.operation, batch.channel, batch.created_by) == (
         3,
         "suspend",

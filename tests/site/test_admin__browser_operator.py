@@ -75,9 +75,8 @@ def test_operator_retries_a_faulted_instance_with_corrected_data(
 
     # The faulted state carries the incident's marker: drawn red, its code in the tooltip.
     marked = driver.find_element(By.CSS_SELECTOR, ".vnext-diagram g.vnext-incident")
-    assert "open incident Task:400008" in marked.find_element(By.TAG_NAME, "title").get_property(
-        "textContent"
-    )
+    tooltip = marked.find_element(By.TAG_NAME, "title").get_property("textContent")
+    assert "open incident Task:400008" in str(tooltip)
     outline = marked.find_element(By.CSS_SELECTOR, "path, polygon")
     assert outline.value_of_css_property("stroke") == "rgb(198, 40, 40)"
     assert "Task:400008" in driver.find_element(By.CSS_SELECTOR, ".vnext-incident-badge").text
