@@ -1,8 +1,9 @@
 """Admin for instances: find them by workflow, status, state, date, id or key; read their
 history, tasks, incidents and the operators' audit trail. Status changes happen through services,
-never by editing rows: operators (the `instances.change_instance` permission) retry, cancel or
-resolve instances with actions that confirm first and call the same services as the API and
-`manage.py instances_retry`.
+never by editing rows: operators (the `instances.change_instance` permission) retry, cancel,
+resolve, suspend, resume, migrate or batch instances with actions that confirm first, and with
+the inspector's buttons (`operator_pages`), all calling the same services as the API and
+`manage.py instances_retry`, audited with channel `admin`.
 
 Built for tables of millions of rows: the sidebar's choices come from the component registry
 and the status vocabulary (never a `DISTINCT` over instances), there is no date hierarchy, the
@@ -815,7 +816,8 @@ class InstanceAdmin(admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> Any:
-        """Read-only for everyone: no save buttons, and no saving the row by POST."""
+        """Read-only for everyone: no save buttons, and no saving the row by POST; operators
+        get the buttons that apply to the instance's status (each posts to its own view)."""
         if request.method == "POST":
             raise PermissionDenied
         instance = self.get_object(request, object_id) if object_id else None
