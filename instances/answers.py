@@ -331,7 +331,10 @@ def instance_migrate_answer(
             "/targetVersion",
             "targetVersion (the published version to migrate to) is required",
         )
-    if state_mapping is not None and not isinstance(state_mapping, dict):
+    if state_mapping is not None and (
+        not isinstance(state_mapping, dict)
+        or not all(isinstance(value, str) for value in state_mapping.values())
+    ):
         raise refused_at(
             Codes.APP_INVALID_REQUEST,
             "/stateMapping",

@@ -13,6 +13,7 @@ Cancelling a batch (which takes the same row lock) marks the items still pending
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,9 @@ class BatchRequest:
     arguments: dict[str, Any]
 
 
+_KINDS = {str: "text", dict: "a JSON object", bool: "true or false"}
+
+
 def batch_request(body: Any) -> BatchRequest:
     """A batch request from a JSON body (`{operation, filter, ...operation fields}`), or 400
     `App:900002` naming the field."""
@@ -74,35 +78,37 @@ def batch_request(body: Any) -> BatchRequest:
             "/filter",
             "filter is the list API's filter: a string, a list of them, or a JSON filter",
         )
+    for name, kind in (
+        ("targetVersion", str),
+        ("stateMapping", dict),
+        ("attributes", dict),
+        ("reason", str),
+        ("dryRun", bool),
+    ):
+        if name in body and not isinstance(body[name], kind):
+            raise refused_at(
+                Codes.APP_INVALID_REQUEST,
+                f"/{name}",
+                f"{name} is {_KINDS[kind]}",
+            )
+    mapping = body.get("stateMapping") or {}
+    if not all(isinstance(value, str) for value in mapping.values()):
+        raise refused_at(
+            Codes.APP_INVALID_REQUEST,
+            "/stateMapping",
+            "stateMapping maps old state keys to new ones",
+        )
     arguments: dict[str, Any] = {}
     if operation == BatchOperation.MIGRATE:
         target = body.get("targetVersion")
-        if not isinstance(target, str) or not target:
+        if not target:
             raise refused_at(
                 Codes.APP_INVALID_REQUEST, "/targetVersion", "a migrate batch needs targetVersion"
             )
-        mapping = body.get("stateMapping") or {}
-        if not isinstance(mapping, dict) or not all(
-            isinstance(value, str) for value in mapping.values()
-        ):
-            raise refused_at(
-                Codes.APP_INVALID_REQUEST,
-                "/stateMapping",
-                "stateMapping maps old state keys to new ones",
-            )
         arguments = {"targetVersion": target, "stateMapping": mapping}
-    elif operation == BatchOperation.RETRY:
-        attributes = body.get("attributes") or {}
-        if not isinstance(attributes, dict):
-            raise refused_at(
-                Codes.APP_INVALID_REQUEST,
-                "/attributes",
-                "attributes (the correction merged before each retry) is a JSON object",
-            )
-        arguments = {"attributes": attributes} if attributes else {}
+    elif operation == BatchOperation.RETRY and body.get("attributes"):
+        arguments = {"attributes": body["attributes"]}
     reason = body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise refused_at(Codes.APP_INVALID_REQUEST, "/reason", "reason is text")
     if reason:
         arguments["reason"] = reason
     return BatchRequest(str(operation), filters, arguments)
@@ -257,9 +263,14 @@ def batch_work(batch_id: uuid.UUID, *, chunk: int | None = None) -> bool:
         .order_by("position")
         .values_list("pk", flat=True)[:size]
     )
+    # A run stays well inside its job's lease: past a third of it, the rest waits for the next
+    # run (else a slow chunk would lose the lease and run twice at once, spending attempts).
+    deadline = time.monotonic() + float(vnext_setting("JOB_LEASE_SECONDS")) / 3
     for start in range(0, len(pending), GROUP):
         if not _handle_group(batch_id, pending[start : start + GROUP]):
             return False  # cancelled, or finished by another run
+        if time.monotonic() > deadline and start + GROUP < len(pending):
+            return True
     if len(pending) == size:
         return True
     with transaction.atomic():

@@ -25,7 +25,12 @@ from instances.api.request_data import (
     request_info,
     with_etags,
 )
-from instances.api.serializers import EnvelopeSerializer
+from instances.api.serializers import (
+    BatchBodySerializer,
+    EnvelopeSerializer,
+    MigrateBodySerializer,
+    ReasonBodySerializer,
+)
 from instances.batches import (
     batch_cancel,
     batch_count,
@@ -87,9 +92,9 @@ class InstanceSuspendView(ApiView):
     @extend_schema(
         operation_id="instance_suspend",
         tags=["operators"],
-        request=None,
+        request=ReasonBodySerializer,
         parameters=INSTANCE_PATH,
-        responses=responses({200: EnvelopeSerializer}, 409),
+        responses=responses({200: EnvelopeSerializer}, 400, 409, body=True),
         summary="Suspend an instance",
     )
     def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
@@ -116,9 +121,9 @@ class InstanceResumeView(ApiView):
     @extend_schema(
         operation_id="instance_resume",
         tags=["operators"],
-        request=None,
+        request=ReasonBodySerializer,
         parameters=INSTANCE_PATH,
-        responses=responses({200: EnvelopeSerializer}, 409),
+        responses=responses({200: EnvelopeSerializer}, 400, 409, body=True),
         summary="Resume a suspended instance",
     )
     def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
@@ -144,9 +149,9 @@ class InstanceMigrateView(ApiView):
     @extend_schema(
         operation_id="instance_migrate",
         tags=["operators"],
-        request=OpenApiTypes.OBJECT,
+        request=MigrateBodySerializer,
         parameters=[*INSTANCE_PATH, DRY_RUN],
-        responses=responses({200: OpenApiTypes.OBJECT}, 400, 404, 409),
+        responses=responses({200: OpenApiTypes.OBJECT}, 400, 404, 409, body=True),
         summary="Migrate an instance to another version",
     )
     def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
@@ -213,9 +218,11 @@ class BatchCreateView(ApiView):
     @extend_schema(
         operation_id="batch_create",
         tags=["operators"],
-        request=OpenApiTypes.OBJECT,
+        request=BatchBodySerializer,
         parameters=WORKFLOW_PATH,
-        responses=responses({200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT}, 400),
+        responses=responses(
+            {200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT}, 400, 409, body=True
+        ),
         summary="Start a batch operation",
     )
     def post(self, request: Request, domain: str, workflow: str) -> Response:

@@ -345,3 +345,34 @@ class FunctionCatalogSerializer(serializers.Serializer):
     """The functions the caller may run here."""
 
     items = FunctionCatalogItemSerializer(many=True)
+
+
+class ReasonBodySerializer(serializers.Serializer):
+    """Suspend or resume: why, kept in the history and the audit."""
+
+    reason = serializers.CharField(required=False, allow_blank=True)
+
+
+class MigrateBodySerializer(serializers.Serializer):
+    """Migrate an instance to another published version of its workflow."""
+
+    targetVersion = serializers.CharField()
+    stateMapping = serializers.DictField(
+        child=serializers.CharField(), required=False, help_text="old state key -> new state key"
+    )
+
+
+class BatchBodySerializer(serializers.Serializer):
+    """A batch operation over the instances a filter matches."""
+
+    operation = serializers.ChoiceField(choices=["retry", "cancel", "suspend", "resume", "migrate"])
+    filter = serializers.JSONField(
+        required=False, help_text="the list API's filter: a JSON filter, a string, or a list"
+    )
+    dryRun = serializers.BooleanField(required=False, default=False)
+    reason = serializers.CharField(required=False, help_text="cancel, suspend, resume")
+    attributes = serializers.DictField(required=False, help_text="retry: the correction")
+    targetVersion = serializers.CharField(required=False, help_text="migrate: required")
+    stateMapping = serializers.DictField(
+        child=serializers.CharField(), required=False, help_text="migrate"
+    )

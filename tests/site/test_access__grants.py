@@ -56,6 +56,7 @@ def requests_of(route: str, view: Any, instance: str) -> list[tuple[str, str]]:
         "function": "state",
         "kind": "workflow",
         "key": WORKFLOW,
+        "batch": "00000000-0000-0000-0000-000000000000",
     }
     path = route
     for name, value in values.items():

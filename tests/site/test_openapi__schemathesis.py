@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 
 MAX_EXAMPLES = 3
 WORKFLOW = FUZZ_WORKFLOW
-OPERATIONS = 29
+OPERATIONS = 35  # 29, and suspend, resume, migrate, batch create, get and cancel
 
 
 @pytest.fixture
