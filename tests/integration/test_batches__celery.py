@@ -84,7 +84,9 @@ def test_a_retry_batch_survives_a_worker_killed_mid_batch(broker, settings, tmp_
     )
     ids = faulted_in_bulk(INSTANCES)
     env = {"VNEXT_BATCH_CHUNK": str(CHUNK)}
-    first = Worker(tmp_path / "first.log", env)
+    # Threads: the retry jobs a batch accepts wait on the database most of their time.
+    pool = ("--pool=threads", "--concurrency=3")
+    first = Worker(tmp_path / "first.log", env, pool)
     first.start()
     batch = batch_create(
         domain="core",
@@ -103,7 +105,7 @@ def test_a_retry_batch_survives_a_worker_killed_mid_batch(broker, settings, tmp_
     first.kill()
     handled_at_kill = progress()
     assert handled_at_kill < INSTANCES  # killed mid-batch
-    second = Worker(tmp_path / "second.log", env)
+    second = Worker(tmp_path / "second.log", env, pool)
     second.start()
     try:
         swept = [0.0]

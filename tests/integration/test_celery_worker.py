@@ -69,9 +69,12 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "c
 class Worker:
     """A `celery worker` subprocess on the test database."""
 
-    def __init__(self, log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, log: Path, env: dict[str, str] | None = None, pool: tuple[str, ...] = ("--pool=solo",)
+    ) -> None:
         self.log = log
         self.extra_env = env or {}
+        self.pool = pool
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -92,7 +95,7 @@ class Worker:
         handle = self.log.open("ab")
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "celery", "-A", "vnext", "worker", "--pool=solo",
+                sys.executable, "-m", "celery", "-A", "vnext", "worker", *self.pool,
                 "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
             ],
             cwd=ROOT,
