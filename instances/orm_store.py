@@ -64,6 +64,7 @@ from instances.status import (
     InstanceStatus,
     JobKind,
     TransitionStatus,
+    Trigger,
 )
 from instances.store_sql import (
     GuardFailed,
@@ -203,21 +204,42 @@ class OrmStore:
                 if not changed:
                     continue
                 instance_changed(instance_id)
-                InstanceTransition.objects.create(
-                    instance_id=instance_id,
-                    transition_key=action,
-                    from_state=row.current_state,
-                    to_state=row.current_state,
-                    trigger_type=0,
-                    body=body,
-                    actor=actor,
-                    status=TransitionStatus.COMPLETED,
-                    effective_state=row.effective_state,
-                    started_at=now,
-                    finished_at=now,
+                self.operator_history(
+                    snapshot_of(row), action=action, body=body, actor=actor, at=now
                 )
             return True
         return False
+
+    def operator_history(
+        self,
+        instance: InstanceSnapshot,
+        *,
+        action: str,
+        body: dict[str, Any],
+        actor: str,
+        to_state: str | None = None,
+        stage: str = "",
+        at: datetime | None = None,
+    ) -> None:
+        """The completed history row of an operator's action on `instance` (`operator:...`:
+        no definition has such a transition key), in the caller's transaction."""
+        now = at or timezone.now()
+        InstanceTransition.objects.create(
+            instance_id=instance.id,
+            transition_key=action,
+            from_state=instance.current_state,
+            to_state=to_state or instance.current_state,
+            trigger_type=Trigger.MANUAL,
+            body=body,
+            actor=actor,
+            status=TransitionStatus.COMPLETED,
+            effective_state=to_state or instance.effective_state,
+            effective_state_type=instance.effective_state_type,
+            effective_state_subtype=instance.effective_state_subtype,
+            stage=stage,
+            started_at=now,
+            finished_at=now,
+        )
 
     def fault_to_retry(self, instance: InstanceSnapshot) -> FaultToRetry | None:
         """What a retry of a Faulted instance re-runs: the transition of its newest open

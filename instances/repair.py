@@ -33,8 +33,9 @@ from instances.engine.records import SUBFLOW_OWNER_PREFIX, InstanceSnapshot, Job
 from instances.engine.script_runner import script_context
 from instances.engine.timers import timer_due
 from instances.job_payloads import TimerJob
-from instances.models import Correlation, Instance, InstanceTransition, OperatorAction
+from instances.models import Correlation, Instance, OperatorAction
 from instances.operations import operator_action_record
+from instances.orm_store import OrmStore
 from instances.queue import (
     job_timer_retarget,
     jobs_armed_timers,
@@ -44,20 +45,18 @@ from instances.queue import (
     jobs_release,
 )
 from instances.services import instance_snapshot, workflow_definition
-from instances.snapshots import snapshot_of
 from instances.status import (
     Channel,
     CorrelationStatus,
     InstanceStatus,
     JobKind,
-    TransitionStatus,
-    Trigger,
 )
 from instances.wiring import engine
 
-# The history rows of operators' actions: no definition has these keys (`$` is not allowed in
-# a transition key), so the timeline shows them as what they are.
-SUSPEND_KEY, RESUME_KEY, MIGRATE_KEY = "$suspend", "$resume", "$migrate"
+_store = OrmStore()
+
+# The history rows of operators' actions, named as the store names them (`operator:...`).
+SUSPEND_KEY, RESUME_KEY, MIGRATE_KEY = "operator:suspend", "operator:resume", "operator:migrate"
 
 
 @dataclass(frozen=True)
@@ -156,8 +155,7 @@ def _move_status(instance: InstanceSnapshot, expected: str, new: str) -> bool:
 
 
 def _status_now(instance_id: uuid.UUID) -> str:
-    found = Instance.objects.filter(pk=instance_id).values_list("status", flat=True).first()
-    return str(found or "")
+    return _store.status_of(instance_id) or ""
 
 
 def _history(
@@ -168,27 +166,20 @@ def _history(
     *,
     to_state: str | None = None,
 ) -> None:
-    now = timezone.now()
-    InstanceTransition.objects.create(
-        instance_id=instance.id,
-        transition_key=key,
-        from_state=instance.current_state,
-        to_state=to_state or instance.current_state,
-        trigger_type=Trigger.MANUAL,
+    _store.operator_history(
+        instance,
+        action=key,
         body=body,
         actor=actor.name,
-        status=TransitionStatus.COMPLETED,
-        effective_state=to_state or instance.effective_state,
-        effective_state_type=instance.effective_state_type,
-        effective_state_subtype=instance.effective_state_subtype,
+        to_state=to_state,
         stage=f"operator via {actor.channel}",
-        started_at=now,
-        finished_at=now,
     )
 
 
 def _reloaded(instance_id: uuid.UUID) -> InstanceSnapshot:
-    return snapshot_of(Instance.objects.get(pk=instance_id))
+    found = _store.load(instance_id)
+    assert found is not None  # the caller's update just matched it
+    return found
 
 
 # --- migrate -------------------------------------------------------------------------------------
@@ -333,17 +324,12 @@ def _check_status(instance: InstanceSnapshot) -> None:
 
 
 def _check_fault(instance: InstanceSnapshot, target: WorkflowDefinition) -> None:
-    """A Faulted instance is migrated to be retried on the target: the transition that faulted
-    must still be there to re-run."""
-    row = (
-        InstanceTransition.objects.filter(instance_id=instance.id, status=TransitionStatus.FAULTED)
-        .order_by("-started_at")
-        .values_list("transition_key", "from_state")
-        .first()
-    )
-    if row is None:
+    """A Faulted instance is migrated to be retried on the target: the transition a retry
+    re-runs must still be there."""
+    fault = _store.fault_to_retry(instance)
+    if fault is None:
         return
-    key, from_state = row
+    key, from_state = fault.transition_key, fault.from_state
     found = target.transition_for(from_state, key) if from_state else None
     found = found or target.find_any(key) or (target.start if target.start.key == key else None)
     if found is None:

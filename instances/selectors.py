@@ -178,7 +178,9 @@ def instance_ids_matching(
     targets = list(query.targets())
     if data_paths(targets):
         check_sealed(targets, sealed_paths(domain, workflow) | _unreadable(domain, workflow, roles))
-    return queryset.filter(filter_q(query.filter)).order_by("created_at", "id").only("id")
+    # Creation order alone: `instance_list` (domain, workflow, created_at) serves it, read
+    # backwards, so a batch's LIMIT stops the scan instead of sorting every match.
+    return queryset.filter(filter_q(query.filter)).order_by("created_at").only("id")
 
 
 def _check_page_offset(number: int, size: int) -> None:

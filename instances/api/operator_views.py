@@ -12,7 +12,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from instances.answers import (
-    RunAnswer,
     instance_migrate_answer,
     instance_resume_answer,
     instance_suspend_answer,
@@ -23,8 +22,8 @@ from instances.api.request_data import (
     query_flag,
     request_caller,
     request_info,
-    with_etags,
 )
+from instances.api.run_views import answer_response
 from instances.api.serializers import (
     BatchBodySerializer,
     EnvelopeSerializer,
@@ -43,7 +42,7 @@ from instances.engine.errors import Codes, Violation, VNextError
 from instances.models import Batch
 from instances.repair import Actor
 from instances.selectors import readable_instances
-from instances.status import BatchOutcome
+from instances.status import BatchOutcome, BatchStatus
 from vnext.openapi import responses
 from vnext.views import ApiView
 from workflows.access import Right
@@ -76,13 +75,6 @@ def _reason(request: Request) -> str:
     return reason
 
 
-def _answer(answer: RunAnswer) -> Response:
-    response = Response(answer.body, status=answer.status)
-    if answer.tagged is not None:
-        with_etags(response, answer.tagged)
-    return response
-
-
 class InstanceSuspendView(ApiView):
     """Suspend an Active instance."""
 
@@ -101,14 +93,15 @@ class InstanceSuspendView(ApiView):
         """Status `P`: transitions and retries answer 409 `Instance:100029`, its timers and
         workflow timeout wait; body `{"reason"}` optional. 409 `Instance:NotSuspendable` for
         an instance that is not Active."""
-        return _answer(
+        return answer_response(
             instance_suspend_answer(
                 domain=domain,
                 workflow=workflow,
                 ref=instance,
                 reason=_reason(request),
                 info=request_info(request),
-            )
+            ),
+            request,
         )
 
 
@@ -129,14 +122,15 @@ class InstanceResumeView(ApiView):
     def post(self, request: Request, domain: str, workflow: str, instance: str) -> Response:
         """Active again; timers that came due while it was suspended fire now, the others
         at their time. 409 `Instance:NotSuspended` when it is not suspended."""
-        return _answer(
+        return answer_response(
             instance_resume_answer(
                 domain=domain,
                 workflow=workflow,
                 ref=instance,
                 reason=_reason(request),
                 info=request_info(request),
-            )
+            ),
+            request,
         )
 
 
@@ -161,7 +155,7 @@ class InstanceMigrateView(ApiView):
         own `Migration:*` code. `dryRun=true`: the report, nothing changed (a refusal is in
         its `refused`)."""
         body = request.data if isinstance(request.data, dict) else {}
-        return _answer(
+        return answer_response(
             instance_migrate_answer(
                 domain=domain,
                 workflow=workflow,
@@ -170,7 +164,8 @@ class InstanceMigrateView(ApiView):
                 state_mapping=body.get("stateMapping"),
                 dry_run=query_flag(request.query_params.get("dryRun"), "dryRun"),
                 info=request_info(request),
-            )
+            ),
+            request,
         )
 
 
@@ -188,7 +183,9 @@ def batch_body(
         "done": batch.done,
         "refused": batch.refused,
         "failed": batch.failed,
-        "pending": max(batch.total - batch.handled, 0) if batch.status == "running" else 0,
+        "pending": max(batch.total - batch.handled, 0)
+        if batch.status == BatchStatus.RUNNING
+        else 0,
         "createdBy": batch.created_by,
         "createdAt": batch.created_at.isoformat().replace("+00:00", "Z"),
         "finishedAt": (

@@ -61,7 +61,7 @@ START_EXAMPLE = OpenApiExample(
 )
 
 
-def _response(answer: RunAnswer, request: Request | None) -> Response:
+def answer_response(answer: RunAnswer, request: Request | None) -> Response:
     """`answer` as a DRF response; a 202's `Location` made absolute against `request` (None:
     the path alone)."""
     response = Response(answer.body, status=answer.status)
@@ -111,7 +111,7 @@ class InstanceStartView(ApiView):
             version=version,
             sync_requested=sync_requested(request),
         )
-        return _response(answer, request)
+        return answer_response(answer, request)
 
 
 class InstanceTransitionView(ApiView):
@@ -144,7 +144,7 @@ class InstanceTransitionView(ApiView):
             body=lambda: request.data,
             info=request_info(request),
         )
-        return _response(answer, request)
+        return answer_response(answer, request)
 
 
 class InstanceRetryView(ApiView):
@@ -176,7 +176,7 @@ class InstanceRetryView(ApiView):
             info=request_info(request),
             sync=sync,
         )
-        return _response(answer, request)
+        return answer_response(answer, request)
 
 
 class InstanceLongPollAckView(ApiView):
@@ -199,7 +199,7 @@ class InstanceLongPollAckView(ApiView):
         answer = instance_long_poll_ack_answer(
             domain=domain, workflow=workflow, ref=instance, info=request_info(request)
         )
-        return _response(answer, request)
+        return answer_response(answer, request)
 
     @extend_schema(
         operation_id="instance_long_poll_ack_post",
@@ -247,7 +247,7 @@ class SubflowForwardView(ApiView):
             info=request_info(request),
         )
         # A service reads the answer: the Location of a 202 stays a path.
-        return _response(answer, None)
+        return answer_response(answer, None)
 
 
 class InstanceEventView(ApiView):
