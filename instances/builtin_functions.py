@@ -35,7 +35,7 @@ from instances.engine.visibility import (
     state_value,
 )
 from instances.job_payloads import TimerJob
-from instances.queue import job_timeout_due_get, jobs_timers_list
+from instances.queue import job_timeout_pending_get, jobs_timers_list
 from instances.selectors import incident_active_get, incident_block
 from instances.snapshots import protection_for
 from instances.status import (
@@ -121,7 +121,7 @@ def state_function(
         "transitions": transitions,
         "incident": incident_block(instance, incident),
     }
-    deadline = job_timeout_due_get(instance_id=instance.id)
+    deadline = job_timeout_pending_get(instance_id=instance.id)
     interaction = _interaction(state, roles, own)
     if interaction is not None:
         body["interaction"] = interaction
@@ -134,7 +134,8 @@ def state_function(
                 definition.states.get(timeout.target), timeout.target, wanted
             ),
             "labels": timeout.raw.get("labels") or [],
-            "executeAtUtc": _utc(deadline),
+            "executeAtUtc": _utc(deadline.run_at),
+            **_cron_of(TimerJob.from_json(deadline.payload)),
         }
     return body
 
@@ -189,16 +190,25 @@ def _scheduled_transitions(instance: InstanceSnapshot, base: str) -> list[dict[s
     """The instance's armed timers, soonest first, as `scheduled` transitions."""
     entries = []
     for job in jobs_timers_list(instance_id=instance.id):
-        key = TimerJob.from_json(job.payload).transition
+        timer = TimerJob.from_json(job.payload)
         entries.append(
             {
-                "name": key,
-                "href": _href(base, "transitions", key),
+                "name": timer.transition,
+                "href": _href(base, "transitions", timer.transition),
                 "kind": "scheduled",
                 "executeAtUtc": _utc(job.run_at),
+                **_cron_of(timer),
             }
         )
     return entries
+
+
+def _cron_of(timer: TimerJob) -> dict[str, Any]:
+    """A cron timer's schedule, beside its next occurrence (`executeAtUtc`): `{"cron":
+    {"expression", "timeZone"}}`; nothing for a one-shot timer (an additive field)."""
+    if not timer.cron:
+        return {}
+    return {"cron": {"expression": timer.cron, "timeZone": timer.time_zone or "UTC"}}
 
 
 def _interaction(

@@ -576,6 +576,8 @@ def _handle_timer(job: Job, *, timeout: bool = False) -> None:
     if transition is None:
         raise JobSkipped("the transition is no longer in the definition")
     request = _job_request(job, transition, Trigger.SCHEDULED, actor="scheduler")
+    # A cron timer's next occurrence is armed from this payload by the hop it fires.
+    request.fired_timer = TimerJob.from_json(job.payload)
     _execute(job, loaded, request, reserved=False, busy_waits=True)
 
 

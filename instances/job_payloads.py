@@ -178,6 +178,12 @@ class TimerJob(JobPayload):
 
     transition: str
     state: str | None = _unset(None)
+    # A cron timer: its expression and IANA zone, so the next occurrence is armed after a
+    # firing without calling the script again, and the occurrence this job stands for (ISO
+    # 8601, UTC), which a retry's later `run_at` does not move.
+    cron: str | None = _unset(None)
+    time_zone: str | None = _unset(None)
+    occurrence: str | None = _unset(None)
 
 
 @dataclass(frozen=True)

@@ -788,13 +788,11 @@ def job_claimed_payload_update(*, job: Job, payload: dict[str, Any]) -> bool:
     return bool(claimed.update(payload=payload, updated_at=timezone.now()))
 
 
-def job_timeout_due_get(*, instance_id: uuid.UUID) -> datetime | None:
-    """When the instance's pending timeout is due, or None."""
-    return (
-        Job.objects.filter(instance_id=instance_id, kind=JobKind.TIMEOUT, status=JobStatus.PENDING)
-        .values_list("run_at", flat=True)
-        .first()
-    )
+def job_timeout_pending_get(*, instance_id: uuid.UUID) -> Job | None:
+    """The instance's pending workflow-timeout job (its due time and payload), or None."""
+    return Job.objects.filter(
+        instance_id=instance_id, kind=JobKind.TIMEOUT, status=JobStatus.PENDING
+    ).first()
 
 
 def jobs_timers_list(*, instance_id: uuid.UUID) -> list[Job]:

@@ -49,7 +49,7 @@ from instances.engine.script_runner import ScriptExecutor, ScriptRunner
 from instances.engine.scripts import ScriptError
 from instances.engine.task_types import TaskFailure
 from instances.engine.tasks import TaskRunner
-from instances.job_payloads import AutomaticJob
+from instances.job_payloads import AutomaticJob, TimerJob
 from instances.status import InstanceStatus, JobKind, TransitionStatus, Trigger
 
 logger = logging.getLogger("vnext.pipeline")
@@ -107,6 +107,9 @@ class TransitionRequest:
     resume_row: uuid.UUID | None = None
     # A parent resumed by its ended SubFlow child: the child's data (step 79).
     subflow_result: dict[str, Any] | None = None
+    # A timer or workflow-timeout job's run: its payload (a cron timer's schedule and the
+    # occurrence it fired for, from which the next one is armed).
+    fired_timer: TimerJob | None = None
 
 
 @dataclass

@@ -2,11 +2,12 @@
 
 Arguments go out as JSON with the context objects marked (`{"o": {...}}` for an attribute object,
 `{"l": [...]}` for a list holding such objects, `{"v": value}` for a plain value). A result comes
-back as one tagged JSON value: a plain value, a `ScriptResponse`'s fields, a duration or an aware
-datetime (what timer scripts return). Nothing a script returns reaches the server as an object:
-the worker converts it to exact JSON types using the base types' own methods (never a method the
-script could have overridden), refusing anything deeper than `MAX_DEPTH`, NUL characters and lone
-surrogates (PostgreSQL refuses both), non-finite floats and integers too long to print.
+back as one tagged JSON value: a plain value, a `ScriptResponse`'s fields, a duration, an aware
+datetime or a cron schedule (what timer scripts return). Nothing a script returns reaches the
+server as an object: the worker converts it to exact JSON types using the base types' own methods
+(never a method the script could have overridden), refusing anything deeper than `MAX_DEPTH`, NUL
+characters and lone surrogates (PostgreSQL refuses both), non-finite floats and integers too long
+to print.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import uuid
 from typing import Any
 
 from instances.engine.merging import deep_merge
-from instances.engine.scripts import ScriptResponse
+from instances.engine.scripts import CronSchedule, ScriptResponse
 
 MAX_DEPTH = 64
 _INT_DIGITS_LIMIT = 4000
@@ -101,6 +102,9 @@ def decode_result(tagged: Any) -> Any:
             raise WireError("the returned duration is out of range") from None
     if tag == "datetime":
         return dt.datetime.fromisoformat(str(tagged["v"]))
+    if tag == "cron":
+        fields = tagged.get("v") or {}
+        return CronSchedule(str(fields.get("cron", "")), str(fields.get("timeZone", "")))
     raise WireError(f"the worker sent a result of unknown kind {tag!r}")
 
 
@@ -182,7 +186,19 @@ def encode_result(value: Any) -> dict[str, Any]:
         return {"t": "timedelta", "v": dt.timedelta.total_seconds(value)}
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return {"t": "datetime", "v": dt.datetime.isoformat(value)}
+    if isinstance(value, CronSchedule):
+        return {"t": "cron", "v": _cron_fields(value)}
     return {"t": "v", "v": plain(value)}
+
+
+def _cron_fields(value: CronSchedule) -> dict[str, str]:
+    # Read past any property a script's subclass could define: the dataclass's own slots.
+    expression = object.__getattribute__(value, "__dict__").get("expression")
+    zone = object.__getattribute__(value, "__dict__").get("time_zone")
+    return {
+        "cron": _optional_str(expression, "the cron expression") or "",
+        "timeZone": _optional_str(zone, "the cron time zone") or "",
+    }
 
 
 def _optional_str(value: Any, what: str) -> str | None:
@@ -218,6 +234,9 @@ def plain(value: Any, depth: int = 0) -> Any:
         return [plain(item, depth + 1) for item in tuple.__iter__(tuple(value))]
     if isinstance(value, ScriptObject):
         return {_plain_key(key): plain(item, depth + 1) for key, item in vars(value).items()}
+    if isinstance(value, CronSchedule):
+        # Inside a ScriptResponse's data: the payload form a timer reads back (`timers.py`).
+        return _cron_fields(value)
     if isinstance(value, dt.datetime):
         text = dt.datetime.isoformat(value)
         if value.microsecond:

@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from types import CodeType
 from typing import Any, cast
 
@@ -474,3 +475,55 @@ class ScriptResponse:
     headers: dict[str, str] | None = None
     status_code: int | None = None
     _guarded_writes = True
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    """A timer script's recurring answer: fire at each occurrence of the five-field cron
+    `expression` in the IANA zone `time_zone` (checked and computed by `engine.cron`)."""
+
+    expression: str
+    time_zone: str = "UTC"
+
+    def to_json(self) -> dict[str, str]:
+        """The schedule as a timer job's payload and the state function show it."""
+        return {"cron": self.expression, "timeZone": self.time_zone}
+
+
+class TimerSchedule:
+    """What timer scripts build their answer with, as vNext's `TimerSchedule` does:
+    `TimerSchedule.from_cron("0 9 * * 1-5", "Europe/Istanbul")` (alias `from_cron_expression`),
+    `from_duration(timedelta(hours=1))` or `from_duration("PT1H")`, `from_date_time(aware)`
+    (alias `from_datetime`) and `immediate()`. A timer may also return those values directly."""
+
+    @staticmethod
+    def from_cron(expression: str, time_zone: str = "UTC") -> CronSchedule:
+        """Fire at every occurrence of `expression` in `time_zone` (the server checks both)."""
+        if not isinstance(expression, str) or not isinstance(time_zone, str):
+            raise TypeError("TimerSchedule.from_cron takes an expression and a zone name, as text")
+        return CronSchedule(expression, time_zone)
+
+    from_cron_expression = from_cron
+
+    @staticmethod
+    def from_duration(duration: Any) -> Any:
+        """Fire once, `duration` (a timedelta or ISO 8601 text such as 'PT5M') from now."""
+        if isinstance(duration, str):
+            return duration
+        if not isinstance(duration, timedelta):
+            raise TypeError("TimerSchedule.from_duration takes a timedelta or ISO 8601 text")
+        return duration
+
+    @staticmethod
+    def from_date_time(moment: Any) -> Any:
+        """Fire once, at the aware datetime `moment`."""
+        if not isinstance(moment, datetime) or moment.tzinfo is None:
+            raise TypeError("TimerSchedule.from_date_time takes an aware datetime (UTC)")
+        return moment
+
+    from_datetime = from_date_time
+
+    @staticmethod
+    def immediate() -> timedelta:
+        """Fire as soon as the job runner gets to it."""
+        return timedelta(0)

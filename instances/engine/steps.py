@@ -38,8 +38,12 @@ from instances.engine.step_support import (
     run_tasks,
 )
 from instances.engine.subflows import child_start, forward_target, resume_patch
-from instances.engine.timers import rearm_workflow_timeout, timer_due, workflow_timeout_due
-from instances.job_payloads import LongPollFallbackJob, NotificationJob, TimerJob
+from instances.engine.timers import (
+    rearm_workflow_timeout,
+    scheduled_timer_job,
+    workflow_timeout_job,
+)
+from instances.job_payloads import LongPollFallbackJob, NotificationJob
 from instances.status import (
     STATE_SUBTYPE_NAMES,
     STATE_TYPE_NAMES,
@@ -526,32 +530,19 @@ class ScheduleTransitionsStep(Step):
         state = execution.definition.state(execution.instance.current_state)
         if state.is_final:
             return Outcome.proceed()
-        now = execution.engine.clock()
         for transition in execution.definition.scheduled_transitions(state.key):
-            timer = transition.raw.get("timer")
-            if not isinstance(timer, dict):
-                continue
-            value = execution.engine.scripts.call(
-                timer, execution.definition, "handler", hop_context(execution, hop)
-            )
-            execution.writes.jobs.append(
-                JobRow(
-                    kind="timer",
-                    run_at=timer_due(value, now),
-                    state=state.key,
-                    payload=TimerJob(transition.key, state=state.key).to_json(),
-                )
-            )
+            # A cron timer's own firing re-arms it from its job's payload (`timers.py`).
+            job = scheduled_timer_job(execution, hop, state, transition)
+            if job is not None:
+                execution.writes.jobs.append(job)
         return Outcome.proceed()
 
     def _arm_workflow_timeout(self, execution: Execution, hop: Hop) -> None:
         timeout = execution.definition.timeout_for(execution.instance.extra)
         assert timeout is not None
-        due = workflow_timeout_due(execution, hop, timeout)
-        if due is not None:
-            execution.writes.jobs.append(
-                JobRow(kind=JobKind.TIMEOUT, run_at=due, payload=TimerJob(timeout.key).to_json())
-            )
+        job = workflow_timeout_job(execution, hop, timeout)
+        if job is not None:
+            execution.writes.jobs.append(job)
 
 
 class FinishStep(Step):
