@@ -50,7 +50,7 @@ BROWSER_PACKAGES := chromium chromium-driver graphviz
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .DEFAULT_GOAL := help
-.PHONY: help install python browser run serve test lint format bench worker beat migrate clean
+.PHONY: help install python browser run serve test lint format bench worker beat relay migrate clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -119,6 +119,9 @@ worker: $(STAMP) ## A Celery worker (production: needs CELERY_BROKER_URL)
 
 beat: $(STAMP) ## Celery beat with the django-celery-beat database scheduler
 	$(VENV)/bin/celery -A vnext beat --loglevel=INFO --scheduler django_celery_beat.schedulers:DatabaseScheduler
+
+relay: $(STAMP) ## The outbox relay: instance events to RabbitMQ / Redis Streams (VNEXT_OUTBOX_TARGETS)
+	$(PY) manage.py outbox_relay
 
 migrate: $(STAMP) ## Apply database migrations
 	$(PY) manage.py migrate

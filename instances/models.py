@@ -431,3 +431,44 @@ class BatchItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.instance_id}: {self.outcome}"
+
+
+class OutboxEvent(models.Model):
+    """A CloudEvent about an instance (started, state entered, completed, faulted, incident
+    opened or resolved), written by the store in the transaction of the change it describes
+    and published to its `target` by the relay (`manage.py outbox_relay`, instances/outbox.py).
+
+    `id` is the relay's order: an instance's rows are inserted after its row is locked by the
+    change's guarded write, so their ids grow in the order its changes commit. A row is pending
+    until the broker confirmed it (`published_at`), then kept for the retention period."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No foreign key: an event outlives an archived instance, and a check would cost each hop.
+    instance_id = models.UUIDField()
+    event_id = models.UUIDField(default=uuid.uuid4)
+    type = models.CharField(max_length=100)
+    source = models.CharField(max_length=500)
+    subject = models.CharField(max_length=200, blank=True)
+    time = models.DateTimeField(default=timezone.now)
+    data = models.JSONField(default=dict)
+    target = models.CharField(max_length=100)
+    published_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The relay's read, "the oldest pending rows of a target": an index range scan.
+            models.Index(
+                fields=["target", "id"],
+                condition=Q(published_at__isnull=True),
+                name="outbox_pending",
+            ),
+            # The prune of rows published before the retention period.
+            models.Index(
+                fields=["published_at"],
+                condition=Q(published_at__isnull=False),
+                name="outbox_published",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} of {self.instance_id}"

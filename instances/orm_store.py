@@ -56,6 +56,13 @@ from instances.models import (
     InstanceTask,
     InstanceTransition,
 )
+from instances.outbox import (
+    flush_events,
+    incidents_resolved_events,
+    outbox_rows,
+    outbox_write,
+    started_events,
+)
 from instances.queue import job_enqueue, jobs_create, jobs_reschedule, jobs_timers_cancel
 from instances.snapshots import INSTANCE_FIELDS, protection_for, snapshot_of, stored_data
 from instances.status import (
@@ -335,14 +342,16 @@ class OrmStore:
         )
         if protection is not None:
             writes = sealed_writes(snapshot, writes, protection)
+        # The outbound events of a subscribed workflow: written with the change, or not at all.
+        events = flush_events(snapshot, writes, guard)
         try:
             if sql.flushes_in_one(writes):
                 if not connection.in_atomic_block:
-                    committed = sql.flush_in_one(snapshot, writes, guard)[0]
+                    committed = sql.flush_in_one(snapshot, writes, guard, events)[0]
                 else:
                     # Inside a caller's transaction a refused statement must not abort it.
                     with transaction.atomic():
-                        committed = sql.flush_in_one(snapshot, writes, guard)[0]
+                        committed = sql.flush_in_one(snapshot, writes, guard, events)[0]
                 instance_changed(committed.id)
                 snapshot.sealed = committed.sealed  # the engine's copy: the tokens now stored
                 return committed
@@ -354,7 +363,17 @@ class OrmStore:
                     )
                 else:
                     committed, data_changed = sql.update(snapshot, writes, guard)
-                self._write_rows(committed, writes, data_changed)
+                resolved = self._write_rows(committed, writes, data_changed)
+                if events:
+                    outbox_write(
+                        outbox_rows(
+                            committed,
+                            events,
+                            status=committed.status,
+                            data_version=committed.data_version_text,
+                            incidents_resolved=resolved > 0,
+                        )
+                    )
         except GuardFailed:
             if guard.data_etag is not None:
                 self._raise_if_only_data_changed(snapshot.id, guard)
@@ -399,8 +418,10 @@ class OrmStore:
 
     def _write_rows(
         self, committed: InstanceSnapshot, writes: PendingWrites, data_changed: bool
-    ) -> None:
+    ) -> int:
+        # Returns how many open incidents the writes closed.
         instance_id = committed.id
+        resolved = 0
         rows = list(writes.transitions.values())
         if rows:
             dialect().upsert_transitions(instance_id, rows)
@@ -451,7 +472,7 @@ class OrmStore:
             ResourceLock.objects.filter(owner=instance_id).delete()
         if writes.resolve_incidents is not None:
             resolution, who = writes.resolve_incidents
-            Incident.objects.filter(instance_id=instance_id, resolved=False).update(
+            resolved = Incident.objects.filter(instance_id=instance_id, resolved=False).update(
                 resolved=True, resolved_at=timezone.now(), resolution=resolution, resolved_by=who
             )
         if writes.jobs:
@@ -464,6 +485,7 @@ class OrmStore:
             )
         if writes.children_end is not None:
             _end_children(instance_id, writes.children_end)
+        return resolved
 
 
 def _move_busy_owner(instance_id: uuid.UUID, owners: Q, to_owner: str) -> bool:
@@ -498,6 +520,14 @@ def _start_child(parent_id: uuid.UUID, child: ChildStart) -> None:
     Instance.objects.create(**values)
     payload = child.job_payload
     child_row = child.instance
+    outbox_write(
+        outbox_rows(
+            child_row,
+            started_events(child_row),
+            status=InstanceStatus.BUSY,
+            data_version=child_row.data_version_text,
+        )
+    )
     if protection_for(child_row.domain, child_row.workflow_key, child_row.workflow_version):
         # The child encrypts fields at rest: its start request stays sealed in the job row.
         payload = seal_request(payload, instance_id=child_row.id)
@@ -607,10 +637,17 @@ def incidents_resolve(
     instance: how many it closed, and their error codes, sorted."""
     open_incidents = Incident.objects.filter(instance_id=instance_id, resolved=False)
     codes = sorted(set(open_incidents.values_list("error_code", flat=True)))
-    closed = open_incidents.update(
-        resolved=True,
-        resolved_at=timezone.now(),
-        resolution=resolution,
-        resolved_by=resolved_by,
-    )
+    with transaction.atomic():
+        closed = open_incidents.update(
+            resolved=True,
+            resolved_at=timezone.now(),
+            resolution=resolution,
+            resolved_by=resolved_by,
+        )
+        if closed:
+            outbox_write(
+                incidents_resolved_events(
+                    instance_id, resolution=resolution, resolved_by=resolved_by
+                )
+            )
     return closed, codes

@@ -38,6 +38,7 @@ from instances.models import (
     InstanceTask,
     InstanceTransition,
 )
+from instances.outbox import EventNote, outbox_cte_part, outbox_rows, outbox_write, started_events
 from instances.queue import (
     JOBS_INSERTED_SQL,
     LANE_TICKET_IDS_SQL,
@@ -159,7 +160,11 @@ class PortableSql:
         return False
 
     def flush_in_one(
-        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+        self,
+        snapshot: InstanceSnapshot,
+        writes: PendingWrites,
+        guard: Guard,
+        events: Sequence[EventNote] = (),
     ) -> tuple[InstanceSnapshot, bool]:
         """Only PostgreSQL commits a flush in one statement."""
         raise NotImplementedError
@@ -198,9 +203,18 @@ class PortableSql:
             with transaction.atomic():
                 row = Instance.objects.create(**values)
                 job_enqueue(kind=JobKind.TRANSITION, instance_id=row.pk, payload=payload)
+                reserved = snapshot_of(row)
+                outbox_write(
+                    outbox_rows(
+                        reserved,
+                        started_events(reserved),
+                        status=reserved.status,
+                        data_version=reserved.data_version_text,
+                    )
+                )
         except IntegrityError as exc:
             raise BusinessKeyTaken(str(snapshot.key)) from exc
-        return snapshot_of(row)
+        return reserved
 
 
 class PostgresSql(PortableSql):
@@ -273,13 +287,18 @@ class PostgresSql(PortableSql):
         )
 
     def flush_in_one(
-        self, snapshot: InstanceSnapshot, writes: PendingWrites, guard: Guard
+        self,
+        snapshot: InstanceSnapshot,
+        writes: PendingWrites,
+        guard: Guard,
+        events: Sequence[EventNote] = (),
     ) -> tuple[InstanceSnapshot, bool]:
         """The guarded UPDATE (or the INSERT of a new instance), the history upsert, the
-        data-version INSERT and the instance's timers, locks and incidents as one statement (a
-        CTE: every other part reads the instance's row, so nothing is written when the guard
-        fails). In autocommit that is the whole transaction: one round trip, no BEGIN or COMMIT.
-        A refused INSERT raises `BusinessKeyTaken` or `DefinitionSuperseded`."""
+        data-version INSERT, the instance's timers, locks and incidents and its outbox `events`
+        as one statement (a CTE: every other part reads the instance's row, so nothing is
+        written when the guard fails). In autocommit that is the whole transaction: one round
+        trip, no BEGIN or COMMIT. A refused INSERT raises `BusinessKeyTaken` or
+        `DefinitionSuperseded`."""
         if guard.kind is GuardKind.INSERT:
             statement, params = self._insert_statement(snapshot, writes, guard)
         else:
@@ -329,6 +348,16 @@ class PostgresSql(PortableSql):
                 f"%(now)s FROM updated WHERE entity_etag = %(entity_etag)s{missing})"
             )
         parts += _instance_rows_parts(writes, params)
+        if events:
+            outbox = outbox_cte_part(
+                snapshot,
+                list(events),
+                params,
+                status=str(writes.instance_fields.get("status", snapshot.status)),
+                resolved_cte="incidents" if writes.resolve_incidents is not None else None,
+            )
+            if outbox is not None:
+                parts.append(outbox)
         returned_jobs = ""
         if writes.jobs:
             parts.append(jobs_insert_part(writes.jobs, params))
@@ -496,8 +525,17 @@ class PostgresSql(PortableSql):
             kind=JobKind.TRANSITION,
             payload=json.dumps(with_request_id(payload), cls=DjangoJSONEncoder),
         )
+        # A subscribed workflow's `started` event: one more part of the same statement.
+        outbox = outbox_cte_part(
+            snapshot,
+            started_events(snapshot),
+            params,
+            status=snapshot.status,
+            source_cte="reserved",
+        )
+        head = f"WITH reserved AS ({statement})" + (f", {outbox}" if outbox else "")
         with connection.cursor() as cursor:
-            cursor.execute(f"WITH reserved AS ({statement}){RESERVED_JOB_INSERT_SQL}", params)
+            cursor.execute(f"{head}{RESERVED_JOB_INSERT_SQL}", params)
             created = cursor.fetchone()
         if created is None:
             _raise_insert_refused(snapshot, guard)
@@ -554,7 +592,7 @@ def _instance_rows_parts(writes: PendingWrites, params: dict[str, Any]) -> list[
         parts.append(
             f"incidents AS (UPDATE {Incident._meta.db_table} SET resolved = true, "
             "resolved_at = %(now)s, resolution = %(resolution)s, resolved_by = %(resolved_by)s "
-            "WHERE instance_id = (SELECT id FROM updated) AND NOT resolved)"
+            "WHERE instance_id = (SELECT id FROM updated) AND NOT resolved RETURNING id)"
         )
     return parts
 

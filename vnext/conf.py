@@ -153,6 +153,29 @@ DEFAULTS: dict[str, Any] = {
     # its job handles before it hands the rest to the next run (other jobs get a turn).
     "BATCH_MAX_ITEMS": 100_000,
     "BATCH_CHUNK": 200,
+    # Outbound instance events (instances/outbox.py; the relay: `make relay`). Which workflows
+    # publish which events where: keys "<domain>/<workflow>", "<domain>/*" or "*" (the most
+    # specific key wins; an empty list turns a workflow off under a "*"), each a list of
+    # {"target": <a name in OUTBOX_TARGETS>, "types": [...]}, types as kinds ("state-entered"),
+    # full types ("io.vnext.instance.completed") or patterns ("*", "incident-*"). A workflow no
+    # key names writes no outbox row and pays no statement for it. E.g.
+    # {"core/loan-application": [{"target": "bus", "types": ["*"]}],
+    #  "*": [{"target": "audit", "types": ["completed", "faulted"]}]}
+    "OUTBOX_SUBSCRIPTIONS": {},
+    # The brokers the relay publishes to, by name. RabbitMQ (kombu; persistent messages,
+    # publisher confirms, structured-mode CloudEvents):
+    # {"broker": "rabbitmq", "url": "amqp://guest:guest@127.0.0.1:5672//",
+    #  "exchange": "vnext.events", "exchange_type": "topic",
+    #  "routing_key": "{domain}.{workflow}.{kind}"}; Redis Streams (XADD, field `data` the
+    # structured CloudEvent, trimmed to about `maxlen` entries):
+    # {"broker": "redis", "url": "redis://127.0.0.1:6379/0", "stream": "vnext.events",
+    #  "maxlen": 100000}.
+    "OUTBOX_TARGETS": {},
+    # The relay: rows per batch, how often an idle relay looks for new rows (a standby relay
+    # for the lock), and how long published rows are kept (0: deleted once published).
+    "OUTBOX_BATCH_SIZE": 500,
+    "OUTBOX_POLL_SECONDS": 0.2,
+    "OUTBOX_RETENTION_HOURS": 24.0,
 }
 
 

@@ -339,6 +339,12 @@ VNEXT = {
     "MAX_PAGE_OFFSET": env.int("VNEXT_MAX_PAGE_OFFSET", default=10_000),
     "BATCH_MAX_ITEMS": env.int("VNEXT_BATCH_MAX_ITEMS", default=100_000),
     "BATCH_CHUNK": env.int("VNEXT_BATCH_CHUNK", default=200),
+    # Outbound instance events: subscriptions and targets as JSON (see vnext/conf.py).
+    "OUTBOX_SUBSCRIPTIONS": env.json("VNEXT_OUTBOX_SUBSCRIPTIONS", default={}),
+    "OUTBOX_TARGETS": env.json("VNEXT_OUTBOX_TARGETS", default={}),
+    "OUTBOX_BATCH_SIZE": env.int("VNEXT_OUTBOX_BATCH_SIZE", default=500),
+    "OUTBOX_POLL_SECONDS": env.float("VNEXT_OUTBOX_POLL_SECONDS", default=0.2),
+    "OUTBOX_RETENTION_HOURS": env.float("VNEXT_OUTBOX_RETENTION_HOURS", default=24.0),
 }
 # One limit on request bodies: the serving layer's (read before a thread is taken) and Django's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = VNEXT["MAX_BODY_BYTES"]

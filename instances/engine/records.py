@@ -252,6 +252,10 @@ class PendingWrites:
     data_parts: list[DataPart] = field(default_factory=list)
     bump_state_version: bool = False
     transitions: dict[uuid.UUID, TransitionRow] = field(default_factory=dict)
+    # The states the hops of this flush entered, in order, with the transition that entered
+    # each: (state, transition key). The store derives its outbound events from them
+    # (instances/outbox.py); one flush may commit several hops of an automatic chain.
+    states_entered: list[tuple[str, str]] = field(default_factory=list)
     tasks: list[TaskRow] = field(default_factory=list)
     incidents: list[IncidentRow] = field(default_factory=list)
     jobs: list[JobRow] = field(default_factory=list)

@@ -352,6 +352,7 @@ class ChangeStateStep(Step):
             modified_by=hop.request.actor,
         )
         execution.writes.bump_state_version = True
+        execution.writes.states_entered.append((target, hop.transition.key))
         rearm_workflow_timeout(execution, hop, state)
         if execution.holds_busy and (state.on_entries or state.state_type == StateType.SUBFLOW):
             # Seed 000's commit point: the new state (still Busy) is durable before OnEntry's
