@@ -15,6 +15,9 @@ from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
+from instances.engine.cron import cron_describe
+from instances.engine.scripts import CronSchedule
+from instances.job_payloads import TimerJob
 from instances.models import (
     Incident,
     Instance,
@@ -23,7 +26,7 @@ from instances.models import (
     InstanceTransition,
 )
 from instances.queue import jobs_of_instance_list
-from instances.status import JobStatus, Trigger, choices
+from instances.status import JobKind, JobStatus, Trigger, choices
 from instances.wiring import engine
 from locks.models import ResourceLock
 from workflows.diagram import render, unavailable_reason
@@ -327,7 +330,7 @@ def jobs_panel(instance: Instance) -> SafeString | str:
                 job.pk,
                 job.kind,
                 job.status,
-                when(job.run_at),
+                _due_cell(job),
                 job.attempts,
                 job.last_error[:200],
             )
@@ -339,6 +342,25 @@ def jobs_panel(instance: Instance) -> SafeString | str:
         "<th>Due</th><th>Attempts</th><th>Last error</th></tr>{}</table>",
         _STYLE,
         rows,
+    )
+
+
+def _due_cell(job: Any) -> SafeString | str:
+    """When the job is due; for a cron timer, also its schedule, zone and the schedule in words
+    (the due time is its next occurrence)."""
+    due = when(job.run_at)
+    if job.kind not in (JobKind.TIMER, JobKind.TIMEOUT):
+        return due
+    timer = TimerJob.from_json(job.payload or {}) if (job.payload or {}).get("transition") else None
+    if timer is None or not timer.cron:
+        return due
+    schedule = CronSchedule(timer.cron, timer.time_zone or "UTC")
+    return format_html(
+        '{}<div class="vnext-cron">cron <code>{}</code> ({}): {}</div>',
+        due,
+        schedule.expression,
+        schedule.time_zone,
+        cron_describe(schedule),
     )
 
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from instances import wiring
@@ -212,7 +213,8 @@ def test_a_bad_cron_expression_or_zone_faults_the_start_with_the_reason(clock, o
         ("bad-zone", "unknown time zone 'Mars/Olympus'"),
         ("six-fields", "has 6 fields; use five"),
     ):
-        response = operator_client.post(f"{BASE.format(key=key)}/start?sync=true", {}, format="json")
+        url = f"{BASE.format(key=key)}/start?sync=true"
+        response = operator_client.post(url, {}, format="json")
         assert response.status_code == 200, response.json()
         instance = Instance.objects.get(pk=response.json()["id"])
         assert instance.status == "F", key
@@ -220,3 +222,59 @@ def test_a_bad_cron_expression_or_zone_faults_the_start_with_the_reason(clock, o
         assert incident.error_code == "Script:100001", key
         assert reason in incident.message, (key, incident.message)
         assert not Job.objects.filter(instance_id=instance.pk, kind="timer").exists()
+
+
+def test_the_admin_inspector_shows_the_schedule_in_words(clock, operator_client, admin_client):
+    publish(ticking())
+    instance_id = start(operator_client)
+
+    page = admin_client.get(reverse("admin:instances_instance_change", args=[instance_id]))
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "cron <code>* * * * *</code> (Europe/Istanbul): Every minute" in html
+
+
+def office_hours_timeout(target: str) -> Any:
+    """A workflow timeout whose mapping answers with a cron: every weekday at 18:00 Istanbul."""
+    mapping = script(
+        "def handler(context):\n"
+        "    return TimerSchedule.from_cron('0 18 * * 1-5', 'Europe/Istanbul')\n"
+    )
+    return workflow(
+        [
+            state("open", 1, [transition("close", "closed")]),
+            state("escalated", 2, [transition("close", "closed")]),
+            state("closed", 3, subType=1),
+        ],
+        key="office-hours",
+        timeout={
+            "key": "end-of-day",
+            "target": target,
+            "versionStrategy": "None",
+            "timer": {"reset": "None", "duration": "PT8H"},
+            "mapping": mapping,
+        },
+    )
+
+
+def test_a_cron_workflow_timeout_is_shown_and_re_armed_after_it_fires(clock, operator_client):
+    publish(office_hours_timeout("escalated"))
+    instance_id = start(operator_client, key="office-hours")
+    # Friday 10:00:20 UTC is 13:00 in Istanbul: 18:00 there is 15:00 UTC.
+    first = datetime(2030, 3, 1, 15, 0, tzinfo=UTC)
+    url = f"{BASE.format(key='office-hours')}/{instance_id}/functions/state"
+    timeout = operator_client.get(url).json()["timeout"]
+    assert at(timeout["executeAtUtc"]) == first
+    assert timeout["cron"] == {"expression": "0 18 * * 1-5", "timeZone": "Europe/Istanbul"}
+
+    clock.now = first + timedelta(seconds=3)
+    assert jobs_run_due() == {"succeeded": 1}
+
+    instance = Instance.objects.get(pk=instance_id)
+    assert (instance.status, instance.current_state) == ("A", "escalated")
+    # Re-armed from the payload: Monday 18:00 Istanbul.
+    (job,) = Job.objects.filter(instance_id=instance_id, kind="timeout", status=JobStatus.PENDING)
+    assert job.run_at == datetime(2030, 3, 4, 15, 0, tzinfo=UTC)
+    timeout = operator_client.get(url).json()["timeout"]
+    assert at(timeout["executeAtUtc"]) == job.run_at
