@@ -153,6 +153,33 @@ DEFAULTS: dict[str, Any] = {
     # its job handles before it hands the rest to the next run (other jobs get a turn).
     "BATCH_MAX_ITEMS": 100_000,
     "BATCH_CHUNK": 200,
+    # Event intake from a broker (`manage.py events_consume`, README "Events from a broker"):
+    # the routes, each `{"source": "rabbitmq" | "redis", "queue" (or "stream"), "domain",
+    # "workflow", "action": "start" | "transition", "transitionKey", "type" (only CloudEvents
+    # of this type; absent: any), "unmatched", "name" (for metrics)}`, and the brokers.
+    "EVENT_ROUTES": [],
+    "EVENT_RABBITMQ_URL": "amqp://guest:guest@127.0.0.1:5672//",
+    "EVENT_REDIS_URL": "redis://127.0.0.1:6379/0",
+    # Messages each consumer holds unacknowledged (AMQP basic_qos, XREADGROUP COUNT), and
+    # consumer threads per queue or stream (1 keeps the queue's order).
+    "EVENT_PREFETCH": 10,
+    "EVENT_CONCURRENCY": 1,
+    # An event that may apply later (matched no instance yet, its mapping timed out) is tried
+    # this many times, then dead-lettered; the first wait, doubled per attempt up to the most
+    # (RabbitMQ; on Redis a retry waits EVENT_REDIS_CLAIM_IDLE_SECONDS). Transient failures
+    # (database or script pool down) wait the same way, as often as it takes.
+    "EVENT_MAX_ATTEMPTS": 5,
+    "EVENT_RETRY_SECONDS": 1.0,
+    "EVENT_RETRY_MAX_SECONDS": 60.0,
+    # What an event that matched no instance does, unless its route says: "retry" (later, see
+    # above), "dead-letter" (at once) or "ack" (dropped, as `POST .../events` answers 200).
+    "EVENT_UNMATCHED": "retry",
+    # Redis Streams: the consumer group, and how long an entry stays pending before another
+    # consumer takes it over (its reader died; or a retry's wait).
+    "EVENT_REDIS_GROUP": "vnext",
+    "EVENT_REDIS_CLAIM_IDLE_SECONDS": 30.0,
+    # The port `events_consume` serves its Prometheus metrics on; None: not served.
+    "EVENT_METRICS_PORT": None,
     # Outbound instance events (instances/outbox.py; the relay: `make relay`). Which workflows
     # publish which events where: keys "<domain>/<workflow>", "<domain>/*" or "*" (the most
     # specific key wins; an empty list turns a workflow off under a "*"), each a list of

@@ -339,6 +339,23 @@ VNEXT = {
     "MAX_PAGE_OFFSET": env.int("VNEXT_MAX_PAGE_OFFSET", default=10_000),
     "BATCH_MAX_ITEMS": env.int("VNEXT_BATCH_MAX_ITEMS", default=100_000),
     "BATCH_CHUNK": env.int("VNEXT_BATCH_CHUNK", default=200),
+    # Event intake (`manage.py events_consume`): the routes as JSON (a list of objects).
+    "EVENT_ROUTES": env.json("VNEXT_EVENT_ROUTES", default=[]),
+    "EVENT_RABBITMQ_URL": env.str(
+        "VNEXT_EVENT_RABBITMQ_URL", default="amqp://guest:guest@127.0.0.1:5672//"
+    ),
+    "EVENT_REDIS_URL": env.str("VNEXT_EVENT_REDIS_URL", default="redis://127.0.0.1:6379/0"),
+    "EVENT_PREFETCH": env.int("VNEXT_EVENT_PREFETCH", default=10),
+    "EVENT_CONCURRENCY": env.int("VNEXT_EVENT_CONCURRENCY", default=1),
+    "EVENT_MAX_ATTEMPTS": env.int("VNEXT_EVENT_MAX_ATTEMPTS", default=5),
+    "EVENT_RETRY_SECONDS": env.float("VNEXT_EVENT_RETRY_SECONDS", default=1.0),
+    "EVENT_RETRY_MAX_SECONDS": env.float("VNEXT_EVENT_RETRY_MAX_SECONDS", default=60.0),
+    "EVENT_UNMATCHED": env.str("VNEXT_EVENT_UNMATCHED", default="retry"),
+    "EVENT_REDIS_GROUP": env.str("VNEXT_EVENT_REDIS_GROUP", default="vnext"),
+    "EVENT_REDIS_CLAIM_IDLE_SECONDS": env.float(
+        "VNEXT_EVENT_REDIS_CLAIM_IDLE_SECONDS", default=30.0
+    ),
+    "EVENT_METRICS_PORT": env.int("VNEXT_EVENT_METRICS_PORT", default=0) or None,
     # Outbound instance events: subscriptions and targets as JSON (see vnext/conf.py).
     "OUTBOX_SUBSCRIPTIONS": env.json("VNEXT_OUTBOX_SUBSCRIPTIONS", default={}),
     "OUTBOX_TARGETS": env.json("VNEXT_OUTBOX_TARGETS", default={}),
