@@ -17,6 +17,7 @@ Daylight saving time, in the schedule's zone:
 
 from __future__ import annotations
 
+import ast
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -109,3 +110,39 @@ def _second_pass_of_repeated_hour(local: datetime) -> bool:
     # fold=1 is the second reading of an ambiguous wall-clock time; it is a repeat only where
     # the two readings have different offsets (the fall-back hour).
     return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
+
+
+_CRON_BUILDERS = frozenset({"from_cron", "from_cron_expression"})
+
+
+def static_cron_problems(source: str) -> list[tuple[int, str]]:
+    """Publish-time check of the cron schedules a script spells out: every
+    `TimerSchedule.from_cron("...", "...")` whose expression (and zone, when given) are literal
+    text, as (line, reason) for each that `cron_checked` refuses. A computed expression is
+    checked when the script runs."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # the compiler reports it
+    problems = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _CRON_BUILDERS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "TimerSchedule"
+        ):
+            continue
+        arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
+        if not arguments or not all(
+            isinstance(argument, ast.Constant) and isinstance(argument.value, str)
+            for argument in arguments[:2]
+        ):
+            continue
+        literal = [argument.value for argument in arguments[:2]]  # type: ignore[attr-defined]
+        try:
+            cron_checked(CronSchedule(*literal))
+        except CronError as exc:
+            problems.append((node.lineno, str(exc)))
+    return problems

@@ -60,11 +60,16 @@ def restart(clock: Clock) -> None:
     wiring.engine().clock = clock
 
 
-def ticking(cron: str = "* * * * *", zone: str = "Europe/Istanbul", key: str = "ticking") -> Any:
-    """`ticking` loops to itself at every occurrence of `cron`; `stop` ends it."""
-    timer = script(
-        f"def handler(context):\n    return TimerSchedule.from_cron({cron!r}, {zone!r})\n"
-    )
+def ticking(
+    cron: str = "* * * * *",
+    zone: str = "Europe/Istanbul",
+    key: str = "ticking",
+    computed: bool = False,
+) -> Any:
+    """`ticking` loops to itself at every occurrence of `cron`; `stop` ends it. A `computed`
+    schedule is not literal text in the script, so only the run checks it."""
+    arguments = f"str({cron!r}), str({zone!r})" if computed else f"{cron!r}, {zone!r}"
+    timer = script(f"def handler(context):\n    return TimerSchedule.from_cron({arguments})\n")
     return workflow(
         [
             state(
@@ -204,9 +209,9 @@ def test_a_daily_time_in_the_fall_back_hour_fires_once_that_night(clock, operato
 
 
 def test_a_bad_cron_expression_or_zone_faults_the_start_with_the_reason(clock, operator_client):
-    publish(ticking("61 * * * *", "UTC", key="bad-minute"))
-    publish(ticking("* * * * *", "Mars/Olympus", key="bad-zone"))
-    publish(ticking("0 0 * * * *", "UTC", key="six-fields"))
+    publish(ticking("61 * * * *", "UTC", key="bad-minute", computed=True))
+    publish(ticking("* * * * *", "Mars/Olympus", key="bad-zone", computed=True))
+    publish(ticking("0 0 * * * *", "UTC", key="six-fields", computed=True))
 
     for key, reason in (
         ("bad-minute", "invalid cron expression '61 * * * *'"),
@@ -278,3 +283,14 @@ def test_a_cron_workflow_timeout_is_shown_and_re_armed_after_it_fires(clock, ope
     assert job.run_at == datetime(2030, 3, 4, 15, 0, tzinfo=UTC)
     timeout = operator_client.get(url).json()["timeout"]
     assert at(timeout["executeAtUtc"]) == job.run_at
+
+
+def test_a_literal_bad_cron_is_refused_at_publish(operator_client):
+    response = operator_client.post(
+        "/api/v1/definitions/publish", ticking("0 9 * * 1-5", "Europe/Ankara"), format="json"
+    )
+
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["pointer"] == "/attributes/states/0/transitions/0/timer/code"
+    assert error["message"].startswith("line 2: unknown time zone 'Europe/Ankara'")

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from instances.engine.cron import static_cron_problems
 from instances.engine.errors import Violation
 from instances.engine.scripts import (
     DEFAULT_ALLOWED_MODULES,
@@ -389,6 +390,10 @@ def script_violations(
         else:
             refusals = check_imports(compiled, site_allowed, site_helpers)
         violations.extend(Violation(code_pointer, _describe(refused)) for refused in refusals)
+        violations.extend(
+            Violation(code_pointer, f"line {line}: {reason}")
+            for line, reason in static_cron_problems(source)
+        )
         if kind == ComponentKind.MAPPING:
             continue  # helper libraries have no handler contract
         expected = _expected_handlers(site, resolver, document)
