@@ -55,7 +55,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml vnext_client/pyproject.toml
 	@[ -n "$(PYVER)" ] || { echo "No Python >= 3.11 found ($(or $(PYTHON),$(PYTHON_CHOICES))):" \
 	  "install python3.13, 3.12 or 3.11, or name one with PYTHON=/path/to/python3.x" >&2; exit 1; }
 	@echo "==> Python $(PYVER): $(PYTHON)"
@@ -69,6 +69,8 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	@echo "==> [3/3] vnext-django and its dev tools (about 85 packages; the first time takes a minute or two)"
 	$(PY) -m pip install --disable-pip-version-check -e '.[dev]'
+	@# The client library for integrators: its own package, tested against a live server.
+	$(PY) -m pip install --disable-pip-version-check -e ./vnext_client
 	@rm -f $(VENV)/.installed*
 	@touch $(STAMP)
 	@echo "==> $(VENV) ready (Python $(PYVER))"

@@ -1,0 +1,78 @@
+"""A Python client for the vNext workflow runtime's REST API (no Django; httpx only): `Client`
+and `AsyncClient`, typed results, the query language, long-poll watching, 409 back-off and
+problem+json errors as exceptions."""
+
+from vnext_client._transport import RetryPolicy
+from vnext_client.client import AsyncClient, Client
+from vnext_client.errors import (
+    Busy,
+    Conflict,
+    Forbidden,
+    InvalidFilter,
+    NotFound,
+    ServerError,
+    TooManyRequests,
+    Unauthorized,
+    ValidationError,
+    Violation,
+    VNextError,
+    WaitTimeout,
+)
+from vnext_client.models import (
+    ActiveCorrelation,
+    AvailableTransition,
+    HistoryEntry,
+    Instance,
+    InstanceData,
+    InstanceLike,
+    InstanceRef,
+    InstanceState,
+    InstanceStatus,
+    Interaction,
+    Metadata,
+    Page,
+    RunError,
+    Schema,
+    TransitionResult,
+    View,
+)
+from vnext_client.query import Filter, column, data, sort_text, status
+
+__all__ = [
+    "ActiveCorrelation",
+    "AsyncClient",
+    "AvailableTransition",
+    "Busy",
+    "Client",
+    "Conflict",
+    "Filter",
+    "Forbidden",
+    "HistoryEntry",
+    "Instance",
+    "InstanceData",
+    "InstanceLike",
+    "InstanceRef",
+    "InstanceState",
+    "InstanceStatus",
+    "Interaction",
+    "InvalidFilter",
+    "Metadata",
+    "NotFound",
+    "Page",
+    "RetryPolicy",
+    "RunError",
+    "Schema",
+    "ServerError",
+    "TooManyRequests",
+    "TransitionResult",
+    "Unauthorized",
+    "VNextError",
+    "ValidationError",
+    "View",
+    "Violation",
+    "WaitTimeout",
+    "column",
+    "data",
+    "sort_text",
+    "status",
+]
