@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from instances.counts import instance_counts
 from instances.models import Incident, Instance
+from instances.outbox import pending_summary
 from instances.queue import jobs_tally_list
 from instances.status import InstanceStatus, JobStatus
 from vnext.conf import vnext_setting
@@ -88,6 +89,23 @@ class DatabaseCollector(Collector):
         ):
             incidents.add_metric([code], count)
         yield incidents
+
+        # The outbox's partial index of pending rows: a relay that is down or behind shows here.
+        pending = GaugeMetricFamily(
+            "vnext_outbox_pending_events",
+            "Outbox events not yet confirmed by their broker, by target",
+            labels=["target"],
+        )
+        oldest = GaugeMetricFamily(
+            "vnext_outbox_oldest_pending_age_seconds",
+            "Age of the oldest pending outbox event of a target (the relay's lag)",
+            labels=["target"],
+        )
+        for target, count, since in pending_summary():
+            pending.add_metric([target], count)
+            oldest.add_metric([target], max((now - since).total_seconds(), 0.0) if since else 0.0)
+        yield pending
+        yield oldest
 
     @classmethod
     def registry(cls) -> CollectorRegistry:

@@ -51,9 +51,6 @@ LAG = Gauge(
     "Age of the oldest event of the relay's last batch when the broker confirmed it",
     ["target"],
 )
-PENDING = Gauge(
-    "vnext_outbox_pending", "Outbox events not yet published, by target (relay's view)", ["target"]
-)
 # How often a relay prunes published rows past their retention.
 PRUNE_EVERY_SECONDS = 600.0
 # The longest a relay waits after a failed publish or a lost database before trying again.
@@ -290,7 +287,6 @@ class Relay:
             ]
         )
         if not rows:
-            PENDING.labels(target).set(0)
             return 0
         publisher = self._publishers.get(target)
         if publisher is None:
@@ -304,8 +300,6 @@ class Relay:
             OutboxEvent.objects.filter(id__in=ids).delete()
         PUBLISHED.labels(target).inc(len(rows))
         LAG.labels(target).set(max((now - rows[0].time).total_seconds(), 0.0))
-        if len(rows) < self.batch_size:
-            PENDING.labels(target).set(0)
         return len(rows)
 
     def close(self) -> None:

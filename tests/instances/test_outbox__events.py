@@ -3,20 +3,28 @@ transaction of that change, only for a subscribed workflow. A start, a hop and t
 subscribed workflow cost the statements they cost without a subscription (the events are a part
 of the one statement); an unsubscribed workflow's statements do not change at all; a rolled-back
 or refused hop leaves no row; faults, incidents and their resolution are events too, and the
-events carry no instance data."""
+events carry no instance data. The pending rows are metrics; published ones are pruned after
+their retention (or deleted at once without one)."""
 
 from __future__ import annotations
 
+import json
+import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from instances.engine.errors import VNextError
 from instances.engine.outcomes import PipelineFault
+from instances.metrics import DatabaseCollector
 from instances.models import Instance, OutboxEvent
 from instances.operations import incident_resolve
+from instances.outbox_relay import Relay, outbox_prune
 from instances.services import RequestInfo, instance_start, instance_transition
 from tests.engine.builders import state, task_ref, transition, workflow
 from tests.instances.workflows import CANCEL, publish
@@ -285,3 +293,57 @@ def test_an_async_start_s_started_event_is_part_of_its_one_statement():
 
     assert len(sql) == 1, sql
     assert events_of(outcome.instance.id) == [("started", "draft", "Busy")]
+
+
+def test_metrics_show_the_pending_events_and_their_age():
+    start()
+
+    families = {family.name: family for family in DatabaseCollector().collect()}
+
+    (pending,) = families["vnext_outbox_pending_events"].samples
+    assert (pending.labels, pending.value) == ({"target": "bus"}, 2)
+    (age,) = families["vnext_outbox_oldest_pending_age_seconds"].samples
+    assert 0 <= age.value < 60
+
+
+def test_prune_deletes_only_rows_published_before_the_retention():
+    instance = start()
+    step(instance.id, "submit")
+    rows = list(OutboxEvent.objects.filter(instance_id=instance.id).order_by("id"))
+    long_ago = timezone.now() - timedelta(days=3)
+    OutboxEvent.objects.filter(pk=rows[0].pk).update(published_at=long_ago)
+    OutboxEvent.objects.filter(pk=rows[1].pk).update(published_at=timezone.now())
+
+    assert outbox_prune(retention=timedelta(days=1)) == 1
+
+    left = OutboxEvent.objects.filter(instance_id=instance.id).order_by("id")
+    assert [(row.pk, row.published_at is None) for row in left] == [
+        (rows[1].pk, False),
+        (rows[2].pk, True),  # pending: never pruned
+    ]
+
+
+def test_a_relay_without_retention_deletes_what_the_broker_confirmed():
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/13")
+    stream = f"vnext.test.outbox.{uuid.uuid4().hex[:8]}"
+    relay = Relay(
+        targets={"bus": {"broker": "redis", "url": "redis://127.0.0.1:6379/13", "stream": stream}},
+        batch_size=10,
+        retention=timedelta(0),
+    )
+    instance = start()
+    step(instance.id, "submit")
+    expected = [
+        str(event_id)
+        for event_id in OutboxEvent.objects.order_by("id").values_list("event_id", flat=True)
+    ]
+    try:
+        assert relay.publish_batch("bus", relay.targets["bus"]) == 3
+        assert relay.publish_batch("bus", relay.targets["bus"]) == 0
+        entries = client.xrange(stream)
+    finally:
+        relay.close()
+        client.delete(stream)
+
+    assert [json.loads(fields[b"data"])["id"] for _, fields in entries] == expected
+    assert OutboxEvent.objects.count() == 0
