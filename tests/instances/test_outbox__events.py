@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -340,7 +340,7 @@ def test_a_relay_without_retention_deletes_what_the_broker_confirmed():
     try:
         assert relay.publish_batch("bus", relay.targets["bus"]) == 3
         assert relay.publish_batch("bus", relay.targets["bus"]) == 0
-        entries = client.xrange(stream)
+        entries = cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(stream))
     finally:
         relay.close()
         client.delete(stream)

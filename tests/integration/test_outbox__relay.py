@@ -18,7 +18,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kombu
 import pytest
@@ -210,7 +210,7 @@ def drain(conn: kombu.Connection, queue: kombu.Queue, into: list[dict[str, Any]]
             for message in received:
                 assert message.properties["delivery_mode"] == 2  # persistent
                 assert message.content_type == "application/cloudevents+json"
-                into.append(json.loads(message.body))
+                into.append(json.loads(cast(bytes, message.body)))
                 message.ack()
             received.clear()
 
@@ -314,7 +314,7 @@ def test_a_standby_relay_takes_over_a_redis_stream_when_the_active_one_is_killed
         "every event published by the standby",
     )
     assert standby.says("outbox relay: publishing stream")
-    entries = client.xrange(name)
+    entries = cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(name))
     events = [json.loads(fields[b"data"]) for _, fields in entries]
     assert all(fields[b"id"].decode() == json.loads(fields[b"data"])["id"] for _, fields in entries)
 
