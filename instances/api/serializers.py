@@ -216,6 +216,13 @@ class StateRefSerializer(serializers.Serializer):
     labels = serializers.ListField(child=serializers.DictField())
 
 
+class CronScheduleSerializer(serializers.Serializer):
+    """A cron timer's schedule; its next occurrence is the `executeAtUtc` beside it."""
+
+    expression = serializers.CharField(help_text="Five-field cron expression, e.g. '0 9 * * 1-5'")
+    timeZone = serializers.CharField(help_text="IANA time zone the expression is read in")
+
+
 class OfferedTransitionSerializer(serializers.Serializer):
     name = serializers.CharField()
     href = serializers.CharField()
@@ -226,6 +233,7 @@ class OfferedTransitionSerializer(serializers.Serializer):
     view = serializers.DictField(required=False)
     schema = serializers.DictField(required=False)
     executeAtUtc = serializers.DateTimeField(required=False)
+    cron = CronScheduleSerializer(required=False)
 
 
 class InteractionSerializer(serializers.Serializer):

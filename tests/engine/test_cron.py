@@ -16,8 +16,10 @@ from instances.engine.timers import TimerArm, cron_rearmed, timer_arm
 from instances.job_payloads import TimerJob
 
 
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def occurrences(schedule: CronSchedule, after: datetime, count: int) -> list[datetime]:
@@ -116,7 +118,10 @@ def test_the_other_builders_answer_what_timers_always_took():
     with pytest.raises(TypeError):
         TimerSchedule.from_date_time(moment.replace(tzinfo=None))
     with pytest.raises(TypeError):
-        TimerSchedule.from_cron(5)
+        TimerSchedule.from_cron(5)  # type: ignore[arg-type]
+
+
+TEN = ("*/10 * * * *", "UTC")
 
 
 def test_re_arming_counts_from_the_occurrence_and_skips_what_was_missed():
@@ -129,9 +134,10 @@ def test_re_arming_counts_from_the_occurrence_and_skips_what_was_missed():
     )
     # Run on time, a little early or a little late: the next is 10:20.
     for now in (utc(2030, 1, 1, 10, 9, 58), utc(2030, 1, 1, 10, 10, 4), utc(2030, 1, 1, 10, 19)):
-        assert cron_rearmed(fired, now).due == utc(2030, 1, 1, 10, 20)
+        assert cron_rearmed(fired, now) == TimerArm(utc(2030, 1, 1, 10, 20), CronSchedule(*TEN))
     # Run 45 minutes late: 10:20, 10:30 and 10:50 are not fired as a burst; the next is 11:00.
-    assert cron_rearmed(fired, utc(2030, 1, 1, 10, 55)).due == utc(2030, 1, 1, 11, 0)
+    late = cron_rearmed(fired, utc(2030, 1, 1, 10, 55))
+    assert late == TimerArm(utc(2030, 1, 1, 11, 0), CronSchedule(*TEN))
     assert cron_rearmed(TimerJob("tick", state="s"), utc(2030, 1, 1)) is None
 
 

@@ -11,6 +11,7 @@ expression or zone is a script failure that names the problem."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,7 +47,7 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     fake = Clock(T0)
     monkeypatch.setattr(timezone, "now", fake)
     restart(fake)
