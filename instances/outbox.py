@@ -20,6 +20,9 @@ subscription is looked up in settings, in memory). A subscribed workflow's flush
 one statement (`PostgresSql.flush_in_one`) gets its events as one more part of that statement's
 CTE; any other flush gets one multi-row INSERT.
 
+Each event's `status` and `dataVersion` are the instance's as the commit that wrote it leaves
+it (a chain committed at once: the same for each of its events).
+
 Data: the events carry no instance data, only where the instance is (ids, key, state, status,
 transition, data version) and, for incidents, the error code and step, never the message (a
 message may quote a value; sealed fields, instances/field_encryption.py, are never published).
@@ -109,7 +112,9 @@ def flush_events(
         return []
     notes: list[EventNote] = []
     if guard.kind is GuardKind.INSERT:
-        notes.append(EventNote(STARTED, snapshot.current_state))
+        # The engine's copy runs ahead: a start whose chain commits with it is in its last state.
+        entered = writes.states_entered[0][0] if writes.states_entered else snapshot.current_state
+        notes.append(EventNote(STARTED, entered))
     for state, transition in writes.states_entered:
         notes.append(EventNote(STATE_ENTERED, state, transition))
     status = writes.instance_fields.get("status")

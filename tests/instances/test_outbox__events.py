@@ -347,3 +347,36 @@ def test_a_relay_without_retention_deletes_what_the_broker_confirmed():
 
     assert [json.loads(fields[b"data"])["id"] for _, fields in entries] == expected
     assert OutboxEvent.objects.count() == 0
+
+
+def test_an_automatic_chain_committed_at_once_has_an_event_per_state_it_entered(settings):
+    chain = "ev-chain"
+    publish(
+        workflow(
+            [
+                state("begin", 1, [transition("go", "middle", 1, triggerKind=10)]),
+                state("middle", 2, [transition("on", "end", 1, triggerKind=10)]),
+                state("end", 3, subType=1),
+            ],
+            key=chain,
+        )
+    )
+    settings.VNEXT = {
+        **settings.VNEXT,
+        "OUTBOX_SUBSCRIPTIONS": {"core/*": [{"target": "bus"}]},
+    }
+
+    start(chain)  # the registry reads the new workflow once
+
+    instance, sql = statements(lambda: start(chain))
+
+    assert len(sql) == 1, sql  # the start and its whole chain: one statement
+    assert [(kind, state_key) for kind, state_key, _ in events_of(instance.id)] == [
+        ("started", "begin"),
+        ("state-entered", "begin"),
+        ("state-entered", "middle"),
+        ("state-entered", "end"),
+        ("completed", "end"),
+    ]
+    rows = OutboxEvent.objects.filter(instance_id=instance.id).order_by("id")
+    assert [row.data["transition"] for row in rows][1:4] == ["start", "go", "on"]
