@@ -1,10 +1,10 @@
 """Run every benchmark: `python -m bench [name ...]`.
 
 The `transitions`, `jobs`, `locks`, `subflows`, `longpoll`, `serving`, `fuzz`, `fanout`,
-`admin`, `observability`, `funnel`, `crossings`, `order`, `http_order` and `batches` suites
-need PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the benchmarks' own database
-(`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides it), so `make bench` never
-writes to the test database.
+`admin`, `observability`, `funnel`, `crossings`, `order`, `http_order`, `batches` and
+`events` suites need PostgreSQL: before Django is set up, `DATABASE_URL` is pointed at the
+benchmarks' own database (`vnext_bench`, created when missing; `BENCH_DATABASE_URL` overrides
+it), so `make bench` never writes to the test database.
 The other suites use no database.
 
 `python -m bench soak [options]` is the fault-injection soak (bench/soak.py), never part of the
@@ -38,6 +38,7 @@ SUITES = (
     "order",
     "http_order",
     "batches",
+    "events",
 )
 # Every suite but these needs PostgreSQL.
 DATABASE_SUITES = set(SUITES) - {"scripts", "validation"}
@@ -82,6 +83,7 @@ def main(argv: list[str]) -> None:
         bench_admin,
         bench_batches,
         bench_crossings,
+        bench_events,
         bench_fanout,
         bench_funnel,
         bench_fuzz,
@@ -116,6 +118,7 @@ def main(argv: list[str]) -> None:
         "order": bench_order.main,
         "http_order": bench_http_order.main,
         "batches": bench_batches.main,
+        "events": bench_events.main,
     }
     from bench.summary import print_summary
 
