@@ -32,6 +32,7 @@ from django.utils.html import format_html
 
 from instances.admin import batches as batches  # registers the Batches admin
 from instances.admin import inspector
+from instances.admin import outbox as outbox  # registers the Outbox events admin
 from instances.admin.operator_pages import (
     OperatorPages,
     buttons_for,
