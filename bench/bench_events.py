@@ -28,6 +28,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -207,7 +208,8 @@ def _from_rabbitmq() -> float:
             consumer.terminate()
             consumer.wait(timeout=30)
     with Connection(AMQP_URL) as amqp:
-        channel = amqp.channel()
+        # kombu's stubs type it as StdChannel; py-amqp's channel has queue_declare.
+        channel: Any = amqp.channel()
         dead = channel.queue_declare(queue=dead_letter_queue(queue), passive=True).message_count
         for name in (queue, dead_letter_queue(queue), retry_queue(queue)):
             Queue(name, channel=channel).delete()
