@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -233,21 +234,24 @@ def test_a_domain_reach_lets_the_task_read_the_other_domain(operator_client):
 
 
 def test_unsupported_task_type_fails_clearly(operator_client):
-    dapr = {
-        "key": "dapr-call",
+    # A type without an executor is refused at publish (tests/workflows/
+    # test_validation__task_types.py); one stored before that check still fails clearly.
+    conversation = {
+        "key": "llm-call",
         "domain": "core",
         "version": "1.0.0",
         "flow": "sys-tasks",
         "flowVersion": "1.0.0",
         "tags": ["test"],
-        "attributes": {"type": "3", "config": {"appId": "x", "methodName": "y"}},
+        "attributes": {"type": "20", "config": {}},
     }
-    publish(dapr, calls_workflow([http_ref("dapr-call")]))
+    with mock.patch("workflows.services.component_validate"):
+        publish(conversation, calls_workflow([http_ref("llm-call")]))
     _, response = run_call(operator_client)
     # Not an HTTP answer: it faults the instance though no error boundary is defined.
     error = fault(response)
     assert error["errorCode"] == "Task:Unsupported"
-    assert "task type 3" in error["detail"]
+    assert "task type 20" in error["detail"]
 
 
 def on_entry_workflow(reference: dict[str, Any]) -> dict[str, Any]:

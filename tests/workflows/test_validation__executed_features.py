@@ -312,9 +312,15 @@ def test_every_task_type_the_design_plans_has_an_executor_so_none_is_refused():
     assert {"6", "7", "8", "10", "11", "12", "13", "14", "15"} <= set(EXECUTORS)
     for task_type, document in TYPED_TASKS.items():
         assert validate(copy.deepcopy(document)) == [], task_type
-    # Dapr, human, timer, SOAP and cache-aside types stay accepted by design (DESIGN 4.4): they
-    # fail at run time with `Task:Unsupported` unless mapped to an equivalent.
-    assert validate(task("dapr-service", "3", {"config": {"appId": "x", "methodName": "y"}})) == []
+    # A type without an executor is refused at publish instead of failing at run time with
+    # `Task:Unsupported` (tests/workflows/test_validation__task_types.py).
+    assert validate(task("llm", "20", {"config": {"componentName": "openai"}})) == [
+        (
+            "/attributes/type",
+            "task type 20 (DaprConversationTask) needs an LLM conversation component, which "
+            "this runtime does not provide",
+        )
+    ]
 
 
 # --- through the API ----------------------------------------------------------------------------
