@@ -109,6 +109,7 @@ class TaskType(TextChoices):
     GET_INSTANCE = "19", "Get Instance Task"
     DAPR_CONVERSATION = "20", "Dapr Conversation Task"
     FAN_OUT = "21", "Fan-Out Task"  # ours: one inner task per item of a collection
+    PYTHON = "23", "Python Task"  # ours: `main(input)` in the script pool (config: its code)
 
 
 class FlowType(TextChoices):

@@ -362,6 +362,7 @@ def boundary_levels(
 _ERROR_TYPES: tuple[tuple[str, str], ...] = (
     ("Task:Http:*", "HttpRequestException"),
     ("Task:Script:*", "ScriptException"),
+    ("Task:Python:*", "ScriptException"),
     ("Script:ResourceLimit", "ScriptResourceException"),
     ("Script:Unavailable", "ScriptResourceException"),
     ("Script:*", "ScriptException"),

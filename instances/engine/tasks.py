@@ -436,6 +436,7 @@ class TaskRunner:
             parent=SubprocessParent(instance.id, instance.current_state),
             mapping=mapping,
             context=context,
+            scripts=self.scripts,
         )
 
     def _mapping_script(
@@ -580,7 +581,7 @@ class TaskRunner:
             except ScriptError as exc:
                 return _output_patch(None, exc)
             return _output_patch(returned, None)
-        if task_type == TaskType.SCRIPT and isinstance(response.data, dict):
+        if task_type in (TaskType.SCRIPT, TaskType.PYTHON) and isinstance(response.data, dict):
             return response.data
         return {}
 

@@ -35,6 +35,8 @@ from workflows.documents import ComponentKind, ComponentRef, json_pointer
 from workflows.validation.structural import script_object_paths
 
 TASK_LIST_KEYS = frozenset({"onExecutionTasks", "onEntries", "onExits"})
+# Where a Python task (type 23) has its code: its config is the script object.
+PYTHON_TASK_CODE = ("attributes", "config")
 
 
 class Resolver(Protocol):
@@ -82,8 +84,13 @@ def iter_script_sites(document: Any, kind: str) -> Iterator[ScriptSite]:
     schema component's body is a JSON Schema: it holds none."""
     if kind == ComponentKind.SCHEMA:
         return
+    found = False
     for path, node in script_object_paths(document, kind):
+        found = found or path == PYTHON_TASK_CODE
         yield ScriptSite(path, node)
+    config = document.get("attributes", {}).get("config") if _is_python_task(document) else None
+    if kind == ComponentKind.TASK and isinstance(config, dict) and not found:
+        yield ScriptSite(PYTHON_TASK_CODE, config)  # a Python task's code, without `encoding`
 
 
 def workflow_allowed_modules(document: Any) -> tuple[set[str], list[Violation]]:
@@ -167,6 +174,8 @@ def site_source(site: ScriptSite, resolver: Resolver) -> tuple[str | None, Viola
 
 def _expected_handlers(site: ScriptSite, resolver: Resolver, document: Any) -> tuple[str, ...]:
     last = site.path[-1] if site.path else None
+    if site.path == PYTHON_TASK_CODE and _is_python_task(document):
+        return ("main",)  # a Python task's code (task type 23)
     if last in ("rule", "timer", "keyExpression", "generationKeyExpression"):
         return ("handler",)
     if len(site.path) >= 2 and site.path[-2] == "event":
@@ -185,6 +194,11 @@ def _expected_handlers(site: ScriptSite, resolver: Resolver, document: Any) -> t
             return ("channel_handler",) if set(channels) - {"state"} else ("enrich",)
         return ("input_handler", "output_handler")
     return ("handler", "input_handler", "output_handler")
+
+
+def _is_python_task(document: Any) -> bool:
+    attributes = document.get("attributes") if isinstance(document, dict) else None
+    return isinstance(attributes, dict) and str(attributes.get("type")) == TaskType.PYTHON
 
 
 def _notification_channels(site: ScriptSite, resolver: Resolver, document: Any) -> list[str] | None:

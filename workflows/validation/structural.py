@@ -1,9 +1,9 @@
 """Structural validation against the vendored vNext JSON Schemas, with this platform's extensions.
 
 The vendored files stay as upstream ships them; `_extend` adds, in memory, what the Python runtime
-accepts beyond them: task type 21 (Fan-Out), `.py` script locations, `scripts.allowedModules`,
-`executionType`, `retentionDays`, and a start transition without `triggerType` (manual, the only
-trigger it takes, as the vNext runtime publishes it).
+accepts beyond them: task types 21 (Fan-Out) and 23 (Python), `.py` script locations,
+`scripts.allowedModules`, `executionType`, `retentionDays`, and a start transition without
+`triggerType` (manual, the only trigger it takes, as the vNext runtime publishes it).
 """
 
 from __future__ import annotations
@@ -136,6 +136,29 @@ FAN_OUT_ITEM_RULE_SCHEMA: dict[str, Any] = {
 }
 
 
+# Task type 23 (Python Task, this runtime's own): its config is the script `main(input)` is
+# defined in, written like every script object (instances/engine/task_types/python.py).
+# `encoding` and `location` are pattern properties: `script_object_paths` follows every `then`
+# of the task schema at once, so a `properties` entry shaped like a script object would make
+# every task type's config a script site (scripts.py adds this one site itself).
+PYTHON_TASK_CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Python Task configuration: the code that defines main(input)",
+    "required": ["code"],
+    "properties": {
+        "code": {
+            "description": "The script (B64 or NAT), or a sys-mappings reference when REF",
+            "oneOf": [{"type": "string"}, {"type": "object"}],
+        },
+    },
+    "patternProperties": {
+        "^encoding$": {"type": "string", "enum": ["B64", "NAT", "REF"], "default": "B64"},
+        "^location$": {"type": "string", "pattern": _SCRIPT_LOCATION},
+    },
+    "additionalProperties": False,
+}
+
+
 EXECUTION_TYPE: dict[str, Any] = {
     "type": "string",
     "enum": [str(execution_type) for execution_type in ExecutionType],
@@ -231,6 +254,23 @@ def _extend(kind: str, schema: dict[str, Any]) -> dict[str, Any]:
                     "properties": {
                         "type": {"const": str(fan_out)},
                         "config": FAN_OUT_CONFIG_SCHEMA,
+                    },
+                    "required": ["type", "config"],
+                    "additionalProperties": False,
+                },
+            }
+        )
+        python = TaskType.PYTHON
+        attributes["properties"]["type"]["enum"].append(str(python))
+        attributes["properties"]["type"]["enumDescriptions"].append(python.label)
+        attributes["allOf"].append(
+            {
+                "if": {"properties": {"type": {"const": str(python)}}},
+                "then": {
+                    "title": "Python Task",
+                    "properties": {
+                        "type": {"const": str(python)},
+                        "config": PYTHON_TASK_CONFIG_SCHEMA,
                     },
                     "required": ["type", "config"],
                     "additionalProperties": False,

@@ -22,6 +22,7 @@ from instances.engine.task_types.instance_data import (
     execute_get_instances,
 )
 from instances.engine.task_types.notification import execute_notification
+from instances.engine.task_types.python import execute_python
 from instances.engine.task_types.script import execute_condition, execute_script
 from instances.status import TaskType
 
@@ -38,6 +39,7 @@ EXECUTORS: dict[str, Executor] = {
     TaskType.SUBPROCESS: execute_subprocess,
     TaskType.GET_INSTANCES: execute_get_instances,
     TaskType.GET_INSTANCE: execute_get_instance,
+    TaskType.PYTHON: execute_python,
 }
 
 # Task types whose work is their input handler's value, with no I/O (Script, Condition): their

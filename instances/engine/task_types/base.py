@@ -7,7 +7,7 @@ from typing import Any
 
 from instances.engine.errors import Codes, ErrorCode
 from instances.engine.ports import InstanceReader, InstanceWriter, SubprocessParent
-from instances.engine.script_runner import ScriptHandle
+from instances.engine.script_runner import ScriptHandle, ScriptRunner
 from instances.engine.script_wire import ScriptObject
 
 
@@ -102,6 +102,8 @@ class TaskCall:
     context: ScriptObject | None = None
     # What the task hands over for delivery once the hop commits (notification tasks).
     outbox: list[OutgoingNotification] = field(default_factory=list)
+    # The script pool's runner: a Python task (type 23) runs its own code through it.
+    scripts: ScriptRunner | None = None
 
 
 def accepted(status: int, patterns: list[str]) -> bool:
