@@ -7,8 +7,8 @@ the pipeline merges into the instance data once, whatever the batch's size.
   `item_selector(context)`, exactly one of the two.
 - The inner task is resolved once per batch and cloned per item; the mapping's
   `item_input_handler(task, context, item)` shapes each clone (its return value is audit only).
-  Without a mapping the item is the branch context's body; a Script or Condition inner task
-  computes on it.
+  Without a mapping the item is the branch context's body; a Script, Condition or Python inner
+  task computes on it (on the mapping's value when there is one).
 - Two bulkheads, taken in order: the batch's `maxDegreeOfParallelism` and the process-wide
   `Bulkhead` (`VNEXT["FAN_OUT_MAX_CONCURRENT_ITEMS"]`). An item holds its slots until its thread
   really ends, so the target never sees more calls than the limits allow, not even from an item
@@ -69,6 +69,10 @@ DEFAULT_RESULT_KEY = "fanOutResults"
 DEFAULT_MAX_CONCURRENT_ITEMS = 64
 # The shortest timeout an HTTP inner task is given when its item is nearly out of time.
 _MIN_CALL_SECONDS = 0.05
+
+# Inner task types that compute on the item mapping's value (or the item itself): the pure ones
+# and the Python task (its `main(input)`).
+_COMPUTES_ON_INPUT = PURE_TASK_TYPES | {TaskType.PYTHON}
 
 
 class JoinPolicy(StrEnum):
@@ -783,9 +787,9 @@ class FanOutTask:
                     stopped_code(exc, Codes.TASK_INPUT_MAPPING_FAILED),
                     f"item_input_handler failed: {exc}",
                 ) from exc
-            if self.inner.task_type in PURE_TASK_TYPES:
+            if self.inner.task_type in _COMPUTES_ON_INPUT:
                 input_data = response_data(returned)
-        elif self.inner.task_type in PURE_TASK_TYPES:
+        elif self.inner.task_type in _COMPUTES_ON_INPUT:
             # Without an item mapping a pure inner task computes on the item itself, as a
             # Script task reads its branch's body.
             input_data = copy.deepcopy(item.value)

@@ -190,3 +190,46 @@ def test_plain_text_code_runs_too(operator_client):
     assert response.status_code == 200, response.json()
     assert Instance.objects.get(pk=instance_id).data["score"] == 4
     assert journal(instance_id).status == "succeeded"
+
+
+ITEM_MAPPING = """
+def item_input_handler(task, context, item):
+    return ScriptResponse(data={"amount": item.value, "who": "item"})
+"""
+
+
+def test_a_fan_out_runs_a_python_inner_task_per_item(operator_client, published):
+    inner = {"key": "score", "domain": "core", "version": "1.0.0", "flow": "sys-tasks"}
+    fan = task_component("fan", "21", {"itemsPath": "$.amounts", "task": inner})
+    reference = {
+        "order": 1,
+        "task": {**inner, "key": "fan"},
+        "mapping": script(ITEM_MAPPING),
+    }
+    flow = workflow(
+        [
+            state("ready", 1, [transition("go", "done", onExecutionTasks=[reference])]),
+            state("done", 2),
+        ],
+        key="fanning",
+    )
+    response = operator_client.post(PUBLISH, [fan, flow], format="json")
+    assert response.status_code == 200, response.json()
+    base = "/api/v1/core/workflows/fanning/instances"
+    created = operator_client.post(
+        f"{base}/start?sync=true", {"amounts": [2, 5, -1]}, format="json"
+    ).json()
+    response = operator_client.patch(
+        f"{base}/{created['id']}/transitions/go?sync=true", {}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    data = Instance.objects.get(pk=created["id"]).data
+    assert [r.get("data", {}).get("score") for r in data["fanOutResults"][:2]] == [4, 10]
+    assert data["fanOutResultsSummary"]["succeeded"] == 2
+    rows = InstanceTask.objects.filter(instance_id=created["id"], task_key__startswith="fan#")
+    by_key = {row.task_key: (row.status, row.error_code) for row in rows}
+    assert by_key == {
+        "fan#0": ("succeeded", ""),
+        "fan#1": ("succeeded", ""),
+        "fan#2": ("failed", "Task:Python:score:500"),
+    }
