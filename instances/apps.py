@@ -4,10 +4,12 @@ from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models.signals import post_delete, post_save
 
+from instances.bindings import SmtpSender
 from instances.engine.egress import configure_egress
 from instances.engine.script_pool import configure_pool
+from instances.engine.targets import configure_targets, install_binding_sender
 from instances.field_encryption import key_problem
-from vnext.conf import egress_policy, script_pool_settings, vnext_setting
+from vnext.conf import egress_policy, named_targets, script_pool_settings, vnext_setting
 from vnext.observability import configure_tracing
 
 
@@ -43,6 +45,13 @@ class InstancesConfig(AppConfig):
                 f"VNEXT_EGRESS_ALLOW_HOSTS / VNEXT_EGRESS_ALLOW_CIDRS: a malformed entry: {exc}"
             ) from exc
         configure_egress(egress_policy)
+        # The named services, endpoints and bindings of task types 1-3: an entry that cannot be
+        # used (a binding kind this runtime does not provide) would fail every task naming it.
+        problems = named_targets().problems
+        if problems:
+            raise ImproperlyConfigured("; ".join(problems.values()))
+        configure_targets(named_targets)
+        install_binding_sender("smtp", SmtpSender())
         configure_pool(script_pool_settings())
         # What is cached of published components is forgotten when a Component row changes.
         from instances.extensions import extensions_forget_on_write

@@ -98,6 +98,8 @@ class RabbitMqPublisher:
         self.exchange_name = str(config.get("exchange") or "vnext.events")
         self.exchange_type = str(config.get("exchange_type") or "topic")
         self.routing_key = str(config.get("routing_key") or "{domain}.{workflow}.{kind}")
+        # Connecting, and each confirm, may take this long (a publishing task's time limit).
+        self.timeout = float(config.get("timeout_seconds") or 10)
         self._connection: Any = None
         self._producer: Any = None
 
@@ -106,7 +108,7 @@ class RabbitMqPublisher:
 
         if self._producer is None:
             self._connection = kombu.Connection(
-                self.url, transport_options={"confirm_publish": True}, connect_timeout=10
+                self.url, transport_options={"confirm_publish": True}, connect_timeout=self.timeout
             )
             exchange = kombu.Exchange(self.exchange_name, type=self.exchange_type, durable=True)
             channel = self._connection.channel()
@@ -116,10 +118,9 @@ class RabbitMqPublisher:
 
     def publish(self, rows: list[OutboxEvent]) -> None:
         """Each message waits for the broker's ack (`confirm_publish`); a nack raises."""
-        producer = self._ensure()
         for row in rows:
             data = row.data or {}
-            producer.publish(
+            self.send(
                 _encoded(row),
                 routing_key=self.routing_key.format(
                     domain=data.get("domain", ""),
@@ -127,12 +128,30 @@ class RabbitMqPublisher:
                     kind=row.type.removeprefix(TYPE_PREFIX),
                     type=row.type,
                 ),
-                delivery_mode=2,
-                content_type="application/cloudevents+json",
-                content_encoding="utf-8",
                 message_id=str(row.event_id),
-                retry=False,
             )
+
+    def send(
+        self,
+        body: bytes,
+        *,
+        routing_key: str,
+        message_id: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """One persistent structured CloudEvent to the exchange, back once the broker acked it
+        (a nack, or no confirm within `timeout`, raises); the pub/sub task's send too."""
+        self._ensure().publish(
+            body,
+            routing_key=routing_key,
+            delivery_mode=2,
+            content_type="application/cloudevents+json",
+            content_encoding="utf-8",
+            message_id=message_id,
+            headers=headers or {},
+            retry=False,
+            confirm_timeout=self.timeout,
+        )
 
     def close(self) -> None:
         """Release the connection, ignoring a broken one."""
@@ -152,7 +171,12 @@ class RedisStreamPublisher:
 
         self.stream = str(config.get("stream") or "vnext.events")
         self.maxlen = int(config["maxlen"]) if config.get("maxlen") else None
-        self.client = redis.Redis.from_url(str(config.get("url") or "redis://127.0.0.1:6379/0"))
+        timeout = float(config["timeout_seconds"]) if config.get("timeout_seconds") else None
+        self.client = redis.Redis.from_url(
+            str(config.get("url") or "redis://127.0.0.1:6379/0"),
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+        )
 
     def publish(self, rows: list[OutboxEvent]) -> None:
         """The pipeline's replies are the confirms: an error in any raises."""
@@ -165,6 +189,21 @@ class RedisStreamPublisher:
                 approximate=True,
             )
         pipe.execute(raise_on_error=True)
+
+    def send(
+        self,
+        body: bytes,
+        *,
+        stream: str,
+        message_id: str,
+        event_type: str,
+        headers: dict[str, str] | None = None,
+    ) -> str:
+        """One XADD of a structured CloudEvent (the relay's fields, after any `headers`),
+        trimmed to about `maxlen`; the entry id (the pub/sub task's send)."""
+        fields = {**(headers or {}), "data": body, "id": message_id, "type": event_type}
+        entry = self.client.xadd(stream, fields, maxlen=self.maxlen, approximate=True)  # type: ignore[arg-type]
+        return entry.decode() if isinstance(entry, bytes) else str(entry)
 
     def close(self) -> None:
         """Drop the pooled connections."""

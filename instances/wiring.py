@@ -8,9 +8,11 @@ from functools import cache
 from instances.engine.execution import EngineConfig
 from instances.engine.pipeline import Engine
 from instances.engine.ports import InstanceWriter
+from instances.engine.task_types.stores import install_task_targets
 from instances.instance_reader import OrmInstanceReader
 from instances.orm_store import OrmStore
 from instances.registry import COMPONENTS
+from instances.task_backends.targets import SettingsTaskTargets
 from locks.store import OrmLocks
 from vnext.conf import vnext_setting
 
@@ -18,6 +20,7 @@ from vnext.conf import vnext_setting
 # is not imported here but installed at start-up (`InstancesConfig.ready` installs
 # `instances.writers.instance_writer()`), so every import between the two stays visible.
 _writer: InstanceWriter | None = None
+_task_targets = SettingsTaskTargets()
 
 
 def writer_install(writer: InstanceWriter | None) -> None:
@@ -33,6 +36,8 @@ def writer_install(writer: InstanceWriter | None) -> None:
 def engine() -> Engine:
     """The process-wide engine on the ORM (published components cached in-process: they are
     immutable)."""
+    # The pub/sub targets and state stores of settings (task types 4, 17, 18), read at each use.
+    install_task_targets(_task_targets)
     config = EngineConfig(
         script_timeout_seconds=float(vnext_setting("SCRIPT_TIMEOUT_SECONDS")),
         script_configuration=dict(vnext_setting("SCRIPT_CONFIGURATION") or {}),

@@ -203,6 +203,16 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX_BATCH_SIZE": 500,
     "OUTBOX_POLL_SECONDS": 0.2,
     "OUTBOX_RETENTION_HOURS": 24.0,
+    # The pub/sub task's (type 4) targets by the names definitions give as `pubSubName`:
+    # {"kind": "rabbitmq", "url": "amqp://...", "exchange": "orders", "exchange_type": "topic"}
+    # (the topic is the routing key) or {"kind": "redis-streams", "url": "redis://...",
+    # "maxlen": 10000} (the topic is the stream); `timeout_seconds` (5) bounds a publish.
+    "PUBSUB_TARGETS": {},
+    # The state stores of the state-store and cache-aside tasks (17, 18) by `storeName`:
+    # {"kind": "redis", "url": "redis://...", "prefix": "vnext:state:", "timeout_seconds": 5},
+    # and the store of a task that names none.
+    "STATE_STORES": {},
+    "DEFAULT_STATE_STORE": "statestore",
 }
 
 

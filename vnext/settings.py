@@ -362,6 +362,10 @@ VNEXT = {
     "OUTBOX_BATCH_SIZE": env.int("VNEXT_OUTBOX_BATCH_SIZE", default=500),
     "OUTBOX_POLL_SECONDS": env.float("VNEXT_OUTBOX_POLL_SECONDS", default=0.2),
     "OUTBOX_RETENTION_HOURS": env.float("VNEXT_OUTBOX_RETENTION_HOURS", default=24.0),
+    # Pub/sub targets and state stores of task types 4, 17, 18 as JSON (see vnext/conf.py).
+    "PUBSUB_TARGETS": env.json("VNEXT_PUBSUB_TARGETS", default={}),
+    "STATE_STORES": env.json("VNEXT_STATE_STORES", default={}),
+    "DEFAULT_STATE_STORE": env.str("VNEXT_DEFAULT_STATE_STORE", default="statestore"),
 }
 # One limit on request bodies: the serving layer's (read before a thread is taken) and Django's.
 DATA_UPLOAD_MAX_MEMORY_SIZE = VNEXT["MAX_BODY_BYTES"]

@@ -370,6 +370,10 @@ _ERROR_TYPES: tuple[tuple[str, str], ...] = (
     ("Task:400008", "MappingException"),
     ("Task:NotFound", "TaskNotFoundException"),
     ("Task:Unsupported", "NotSupportedException"),
+    # Dapr building blocks in vNext: their failures are the Dapr SDK's `DaprException`.
+    ("Task:PubSub:*", "DaprException"),
+    ("Task:StateStore:*", "DaprException"),
+    ("Task:CacheAside:*", "DaprException"),
 )
 
 

@@ -119,6 +119,35 @@ class Codes:
     TASK_TRIGGER_CONFIG = ErrorCode(
         "Task:Trigger:Config", 502, "Trigger task configuration is incomplete"
     )
+    # Pub/sub (4), state store (17) and cache-aside (18) tasks, on the named targets of settings.
+    TASK_PUBSUB_UNAVAILABLE = ErrorCode(
+        "Task:PubSub:Unavailable", 502, "The pub/sub target is down, refused or timed out"
+    )
+    TASK_PUBSUB_UNKNOWN = ErrorCode(
+        "Task:PubSub:UnknownTarget", 502, "No pub/sub target by that name is configured"
+    )
+    TASK_STATE_STORE_UNAVAILABLE = ErrorCode(
+        "Task:StateStore:Unavailable", 502, "The state store is down, refused or timed out"
+    )
+    TASK_STATE_STORE_UNKNOWN = ErrorCode(
+        "Task:StateStore:UnknownStore", 502, "No state store by that name is configured"
+    )
+    TASK_STATE_STORE_ETAG = ErrorCode(
+        "Task:StateStore:ETagMismatch", 409, "The entry changed since the etag was read"
+    )
+    TASK_STATE_STORE_CONFIG = ErrorCode(
+        "Task:StateStore:Config", 502, "State store task configuration is incomplete"
+    )
+    TASK_CACHE_ASIDE_KEY = ErrorCode(
+        "Task:CacheAside:KeyMissing", 502, "CacheAside requires a non-empty 'key'"
+    )
+    TASK_CACHE_ASIDE_READ = ErrorCode("Task:CacheAside:ReadFailed", 502, "CacheAside read failed")
+    TASK_CACHE_ASIDE_WRITE = ErrorCode(
+        "Task:CacheAside:WriteFailed", 502, "CacheAside write failed"
+    )
+    TASK_CACHE_ASIDE_SOURCE = ErrorCode(
+        "Task:CacheAside:Source", 502, "The cache-aside source task cannot run"
+    )
     DATA_REFUSED = ErrorCode("Instance:DataRefused", 400, "The data cannot be stored")
     # The server's keys, not the request, are at fault: nothing is written, nothing is shown.
     ENCRYPTION_KEY_UNAVAILABLE = ErrorCode(

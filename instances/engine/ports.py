@@ -235,6 +235,69 @@ class InstanceWriter(Protocol):
         ...
 
 
+class TargetUnavailable(Exception):
+    """A broker or state store could not be reached, refused, or did not answer in time."""
+
+
+class ETagMismatch(Exception):
+    """A state-store write whose etag (or first-write-wins) did not hold: nothing written."""
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """A state-store entry: its value and its etag (a version number as text)."""
+
+    value: Any
+    etag: str
+
+
+class Publisher(Protocol):
+    """A named pub/sub target from settings (`PUBSUB_TARGETS`): RabbitMQ or Redis Streams."""
+
+    def publish(self, topic: str, event: dict[str, Any], headers: dict[str, str]) -> str:
+        """Send the structured CloudEvent `event` to `topic` (a routing key, a stream) and wait
+        for the broker's confirm; return the message id the broker knows it by (the CloudEvent
+        id, a stream entry id). Raises `TargetUnavailable` when it cannot."""
+        ...
+
+
+class StateStore(Protocol):
+    """A named keyed state store from settings (`STATE_STORES`); keys come prefixed already.
+    Every method raises `TargetUnavailable` when the store cannot be reached in time."""
+
+    def get(self, key: str) -> StoredState | None:
+        """The entry at `key`, or None."""
+        ...
+
+    def save(
+        self, key: str, value: Any, *, etag: str | None, first_write: bool, ttl_seconds: int | None
+    ) -> str:
+        """Write `value` at `key` and return its new etag. With `etag`, only over that version;
+        with `first_write` and no etag, only when `key` holds nothing; else `ETagMismatch`."""
+        ...
+
+    def delete(self, keys: list[str]) -> int:
+        """Remove `keys`; how many existed."""
+        ...
+
+
+class TaskTargets(Protocol):
+    """The named targets the pub/sub, state-store and cache-aside tasks (4, 17, 18) reach, from
+    settings (a definition names them and never carries an address or a credential)."""
+
+    def publisher(self, name: str) -> Publisher | None:
+        """The pub/sub target `name`, or None when settings have none by that name."""
+        ...
+
+    def state_store(self, name: str) -> StateStore | None:
+        """The state store `name`, or None when settings have none by that name."""
+        ...
+
+    def default_state_store(self) -> str:
+        """The store a task without `storeName` uses (`DEFAULT_STATE_STORE`)."""
+        ...
+
+
 def utc_now() -> datetime:
     """The engine's clock."""
     return datetime.now(UTC)

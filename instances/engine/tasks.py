@@ -350,6 +350,8 @@ class TaskRunner:
             run.key, task_type, task, script, context, prepared.reply if prepared else None
         )
         call = self._call(task, input_data, scope.instance, mapping=script, context=context)
+        if task_type == TaskType.CACHE_ASIDE:
+            call.run_source = self._source_runner(scope, context)
         try:
             response = executor(call)
         except TaskFailure as failure:
@@ -438,6 +440,57 @@ class TaskRunner:
             context=context,
             scripts=self.scripts,
         )
+
+    def _source_runner(
+        self, scope: _TaskScope, context: ScriptObject
+    ) -> Callable[[dict[str, Any], dict[str, Any] | None], Any]:
+        """A cache-aside task's source (type 18, on a miss): the referenced task run by its own
+        type's executor, `mapping` as its input and output handlers on a throwaway copy of the
+        context; the output handler's value (else the response's data) is what it gives. No
+        journal row and no boundary of its own: its failure is the cache-aside task's."""
+
+        def run_source(reference: dict[str, Any], mapping: dict[str, Any] | None) -> Any:
+            key = str(reference.get("key"))
+            document = self.components.component(
+                "task", {**reference, "flow": reference.get("flow") or "sys-tasks"}
+            )
+            if document is None:
+                raise TaskFailure(
+                    Codes.TASK_NOT_FOUND,
+                    f"the cache-aside source task {key} {reference.get('version')} is not "
+                    "published",
+                )
+            attributes = document.get("attributes") or {}
+            source_type = str(attributes.get("type"))
+            executor = EXECUTORS.get(source_type)
+            if source_type in (TaskType.CACHE_ASIDE, TaskType.NOTIFICATION) or executor is None:
+                raise TaskFailure(
+                    Codes.TASK_CACHE_ASIDE_SOURCE,
+                    f"the source task {key!r} (type {source_type}) cannot be a cache-aside "
+                    "source: a cache-aside or notification task, or a type that does not run",
+                )
+            task = _task_view(key, source_type, attributes.get("config") or {})
+            script = (
+                self.scripts.load(mapping, scope.definition)
+                if isinstance(mapping, dict) and mapping.get("code")
+                else None
+            )
+            branch = copy.copy(context)
+            input_data, _ = self._input(key, source_type, task, script, branch)
+            response = executor(
+                self._call(task, input_data, scope.instance, mapping=script, context=branch)
+            )
+            if script is None or not script.has("output_handler"):
+                return response.data
+            branch.body = copy.deepcopy(response.as_dict())
+            try:
+                return response_data(script.call("output_handler", branch))
+            except ScriptError as exc:
+                raise TaskFailure(
+                    stopped_code(exc, Codes.TASK_OUTPUT_MAPPING_FAILED), str(exc)
+                ) from exc
+
+        return run_source
 
     def _mapping_script(
         self, reference: dict[str, Any], definition: WorkflowDefinition

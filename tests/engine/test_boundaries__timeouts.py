@@ -51,11 +51,12 @@ def decide(
     return decision.action.title, str(decision.level), decision.rule.source
 
 
-def test_the_timeout_codes_are_the_http_script_and_fan_out_timeouts():
+def test_the_timeout_codes_are_the_http_binding_script_and_fan_out_timeouts():
     assert sorted(TIMEOUT_CODES) == [
         "FanOut:BatchTimeout",
         "FanOut:ItemTimeout",
         "Script:Timeout",
+        "Task:Binding:Timeout",
         "Task:Http:Timeout",
     ]
     assert {code.code for code in all_codes() if "Timeout" in code.code} == TIMEOUT_CODES

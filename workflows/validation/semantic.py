@@ -22,6 +22,7 @@ from workflows.validation.notifications import (
 )
 from workflows.validation.scripts import Resolver
 from workflows.validation.subflows import subflow_override_violations
+from workflows.validation.targets import named_target_violations
 from workflows.validation.timeouts import retry_policy_violations, timeout_violations
 
 DIVERTING = (BoundaryAction.ROLLBACK, BoundaryAction.NOTIFY)
@@ -54,6 +55,7 @@ def semantic_violations(document: Any, kind: str, resolver: Resolver) -> list[Vi
     elif kind == ComponentKind.TASK:
         violations.extend(_fan_out_violations(document, resolver))
         violations.extend(fan_out_notification_violations(document, resolver))
+        violations.extend(named_target_violations(document))
     elif kind == ComponentKind.SCHEMA:
         violations.extend(field_rule_violations(document))
     return violations

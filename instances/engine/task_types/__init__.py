@@ -15,6 +15,7 @@ from instances.engine.task_types.flows import (
     execute_start_flow,
     execute_subprocess,
 )
+from instances.engine.task_types.cache_aside import execute_cache_aside
 from instances.engine.task_types.http import execute_http
 from instances.engine.task_types.instance_data import (
     execute_get_instance,
@@ -23,7 +24,9 @@ from instances.engine.task_types.instance_data import (
 )
 from instances.engine.task_types.notification import execute_notification
 from instances.engine.task_types.python import execute_python
+from instances.engine.task_types.pubsub import execute_pubsub
 from instances.engine.task_types.script import execute_condition, execute_script
+from instances.engine.task_types.state_store import execute_state_store
 from instances.status import TaskType
 
 Executor = Callable[[TaskCall], StandardResponse]
@@ -40,6 +43,9 @@ EXECUTORS: dict[str, Executor] = {
     TaskType.GET_INSTANCES: execute_get_instances,
     TaskType.GET_INSTANCE: execute_get_instance,
     TaskType.PYTHON: execute_python,
+    TaskType.DAPR_PUBSUB: execute_pubsub,
+    TaskType.STATE_STORE: execute_state_store,
+    TaskType.CACHE_ASIDE: execute_cache_aside,
 }
 
 # Task types whose work is their input handler's value, with no I/O (Script, Condition): their

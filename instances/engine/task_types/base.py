@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,16 +22,22 @@ class StandardResponse:
     is_success: bool = True
     # Why the task failed (an HTTP call that answered 503, timed out, could not connect).
     error_message: str | None = None
+    # What the task says of its execution besides the data (the pub/sub target and topic, a
+    # state-store entry's etag, a cache hit), as vNext's `Metadata`; None: the task has none.
+    metadata: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The response as scripts and the task journal see it."""
-        return {
+        answer = {
             "status_code": self.status_code,
             "data": self.data,
             "headers": self.headers,
             "is_success": self.is_success,
             "error_message": self.error_message,
         }
+        if self.metadata is not None:
+            answer["metadata"] = self.metadata
+        return answer
 
 
 class TaskFailure(Exception):
@@ -102,6 +109,11 @@ class TaskCall:
     context: ScriptObject | None = None
     # What the task hands over for delivery once the hop commits (notification tasks).
     outbox: list[OutgoingNotification] = field(default_factory=list)
+    # Runs a published task (`{key, domain, flow, version}`) with a mapping as its own input
+    # and output handlers, and returns the output handler's value (else the response's data);
+    # raises its `TaskFailure`. A cache-aside task's source on a miss (type 18).
+    run_source: Callable[[dict[str, Any], dict[str, Any] | None], Any] | None = None
+
     # The script pool's runner: a Python task (type 23) runs its own code through it.
     scripts: ScriptRunner | None = None
 
