@@ -47,6 +47,7 @@ from instances.field_encryption import (
     seal_request,
     sealed_writes,
 )
+from instances.human_task_rows import human_tasks_write
 from instances.job_payloads import FaultToRetry, SubflowEndJob, SubflowResumeJob
 from instances.models import (
     Correlation,
@@ -485,6 +486,8 @@ class OrmStore:
             )
         if writes.children_end is not None:
             _end_children(instance_id, writes.children_end)
+        if writes.human_tasks or writes.close_human_tasks_of or writes.close_all_human_tasks:
+            human_tasks_write(committed, writes)
         return resolved
 
 

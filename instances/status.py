@@ -186,6 +186,16 @@ class TaskStatus(TextChoices):
     FAILED = "failed", "Failed"
 
 
+class HumanTaskStatus(TextChoices):
+    """A `HumanTask` row (the inbox): open until someone claims it; claimed until the claimer
+    completes or releases it; cancelled when its state is left another way."""
+
+    OPEN = "open", "Open"
+    CLAIMED = "claimed", "Claimed"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
 class JobStatus(TextChoices):
     """A `Job` row of the durable queue (claimed by CAS pending -> running with a lease)."""
 

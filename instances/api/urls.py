@@ -5,6 +5,7 @@ from django.urls import path
 from instances.api import (
     custom_function_views,
     function_views,
+    human_task_views,
     operator_views,
     read_views,
     run_views,
@@ -13,6 +14,7 @@ from instances.api import (
 PREFIX = "<str:domain>/workflows/<str:workflow>/instances"
 ONE = f"{PREFIX}/<str:instance>"
 BATCHES = "<str:domain>/workflows/<str:workflow>/batches"
+HUMAN_TASKS = "<str:domain>/functions/human-task"
 
 urlpatterns = [
     path(f"{PREFIX}/start", run_views.InstanceStartView.as_view(), name="instance-start"),
@@ -70,6 +72,21 @@ urlpatterns = [
         custom_function_views.InstanceCustomFunctionView.as_view(),
         name="instance-function",
     ),
+    # The human-task inbox (task type 5), before the domain functions' catch-all.
+    path(HUMAN_TASKS, human_task_views.HumanTaskInboxView.as_view(), name="human-task-inbox"),
+    path(
+        f"{HUMAN_TASKS}/<str:task>",
+        human_task_views.HumanTaskDetailView.as_view(),
+        name="human-task-detail",
+    ),
+    *[
+        path(f"{HUMAN_TASKS}/<str:task>/{action}", view.as_view(), name=f"human-task-{action}")
+        for action, view in (
+            ("claim", human_task_views.HumanTaskClaimView),
+            ("release", human_task_views.HumanTaskReleaseView),
+            ("complete", human_task_views.HumanTaskCompleteView),
+        )
+    ],
     path(
         "<str:domain>/functions",
         custom_function_views.DomainFunctionCatalogView.as_view(),

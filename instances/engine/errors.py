@@ -148,6 +148,27 @@ class Codes:
     TASK_CACHE_ASIDE_SOURCE = ErrorCode(
         "Task:CacheAside:Source", 502, "The cache-aside source task cannot run"
     )
+    # Human tasks (task type 5) and their inbox (instances/human_tasks.py).
+    TASK_HUMAN_UNASSIGNED = ErrorCode(
+        "Task:Human:Unassigned", 502, "Human task is assigned to no role and no user"
+    )
+    TASK_HUMAN_CONFIG = ErrorCode("Task:Human:Config", 502, "Human task configuration is invalid")
+    HUMAN_TASK_NOT_FOUND = ErrorCode("HumanTask:NotFound", 404, "Human task not found")
+    HUMAN_TASK_CLAIMED = ErrorCode(
+        "HumanTask:AlreadyClaimed", 409, "Human task is claimed by someone else"
+    )
+    HUMAN_TASK_NOT_OPEN = ErrorCode(
+        "HumanTask:NotOpen", 409, "Human task is completed or cancelled"
+    )
+    HUMAN_TASK_NOT_CLAIMER = ErrorCode(
+        "HumanTask:NotClaimer", 409, "Only the claimer acts on a claimed human task"
+    )
+    HUMAN_TASK_INVALID_FORM = ErrorCode(
+        "HumanTask:InvalidForm", 400, "Form data does not match the human task's form"
+    )
+    HUMAN_TASK_NO_TRANSITION = ErrorCode(
+        "HumanTask:NoTransition", 400, "Name the transition that completes the human task"
+    )
     DATA_REFUSED = ErrorCode("Instance:DataRefused", 400, "The data cannot be stored")
     # The server's keys, not the request, are at fault: nothing is written, nothing is shown.
     ENCRYPTION_KEY_UNAVAILABLE = ErrorCode(

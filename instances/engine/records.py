@@ -124,6 +124,25 @@ class TaskRow:
 
 
 @dataclass
+class HumanTaskRow:
+    """A `HumanTask` row a hop opens (task type 5): the inbox entry of `state`, assigned to
+    `roles` and `users`. Inserted open when the flush leaves the instance in `state`, else
+    cancelled at once (a later hop of the same flush left it)."""
+
+    id: uuid.UUID
+    task_key: str
+    state: str
+    title: str
+    instructions: str
+    roles: list[str]
+    users: list[str]
+    form: Any = None
+    context: Any = None
+    due_at: datetime | None = None
+    transition_id: uuid.UUID | None = None
+
+
+@dataclass
 class IncidentRow:
     """An `Incident` row."""
 
@@ -272,6 +291,11 @@ class PendingWrites:
     children: list[ChildStart] = field(default_factory=list)
     parent_correlation_status: str | None = None
     children_end: ChildrenEnd | None = None
+    # Human tasks (type 5): rows opened, and the states whose open ones close (left), or all
+    # of the instance's (it ends).
+    human_tasks: list[HumanTaskRow] = field(default_factory=list)
+    close_human_tasks_of: set[str] = field(default_factory=set)
+    close_all_human_tasks: bool = False
 
     def set(self, **fields: Any) -> None:
         """Stage instance column values."""
@@ -328,6 +352,9 @@ class PendingWrites:
             or self.children
             or self.parent_correlation_status is not None
             or self.children_end is not None
+            or self.human_tasks
+            or self.close_human_tasks_of
+            or self.close_all_human_tasks
         )
 
 

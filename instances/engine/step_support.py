@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from instances.engine.merging import deep_merge
 from instances.engine.profiles import Order, Outcome
-from instances.engine.records import JobRow, Rederive
+from instances.engine.records import HumanTaskRow, JobRow, Rederive
 from instances.engine.recovery import task_failed
 from instances.engine.script_runner import script_context
 from instances.engine.task_types import PURE_TASK_TYPES
@@ -77,6 +77,7 @@ def run_tasks(execution: Execution, hop: Hop, references: list[dict[str, Any]], 
             execution.task_responses[outcome.key] = outcome.response
         merge_data(execution, outcome.patch, execution.strategy_for(hop), outcome.rederive)
         _enqueue_notifications(execution, hop, outcome)
+        _stage_human_tasks(execution, hop, outcome)
 
     execution.engine.tasks.run(
         references,
@@ -111,6 +112,27 @@ def _enqueue_notifications(execution: Execution, hop: Hop, outcome: TaskOutcome)
         )
         execution.writes.jobs.append(job)
         hop.notification_jobs.append(job)
+
+
+def _stage_human_tasks(execution: Execution, hop: Hop, outcome: TaskOutcome) -> None:
+    # A human task's inbox entry commits with the hop, in the state the instance is in now
+    # (a state's onEntries run once it was entered).
+    for opened in outcome.human_tasks:
+        execution.writes.human_tasks.append(
+            HumanTaskRow(
+                id=opened.id,
+                task_key=opened.task_key,
+                state=execution.instance.current_state,
+                title=opened.title,
+                instructions=opened.instructions,
+                roles=list(opened.roles),
+                users=list(opened.users),
+                form=opened.form,
+                context=opened.context,
+                due_at=opened.due_at,
+                transition_id=hop.row.id if hop.row else None,
+            )
+        )
 
 
 def merge_data(

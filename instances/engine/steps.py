@@ -38,6 +38,7 @@ from instances.engine.step_support import (
     run_tasks,
 )
 from instances.engine.subflows import child_start, forward_target, resume_patch
+from instances.engine.task_types.human import human_states
 from instances.engine.timers import (
     rearm_workflow_timeout,
     scheduled_timer_job,
@@ -310,6 +311,10 @@ class CancelScheduledJobsStep(Step):
         source = hop.source_state
         if source and execution.definition.scheduled_transitions(source):
             execution.writes.cancel_timers_of.add(source)
+        components = execution.engine.tasks.components
+        if source and source in human_states(components, execution.definition):
+            # Its open human tasks close with it (completing one ran this transition first).
+            execution.writes.close_human_tasks_of.add(source)
         return Outcome.proceed()
 
 
@@ -568,6 +573,8 @@ class FinishStep(Step):
         )
         execution.writes.cancel_all_timers = True
         execution.writes.release_locks = True
+        if human_states(execution.engine.tasks.components, execution.definition):
+            execution.writes.close_all_human_tasks = True
         if instance.parent_correlation_id is not None:
             # A child's end closes its correlation; an S parent gets its resume job.
             cancelled = kind in (TransitionKind.CANCEL, TransitionKind.TIMEOUT)

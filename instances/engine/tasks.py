@@ -38,6 +38,7 @@ from instances.engine.scripts import ScriptError, ScriptResponse
 from instances.engine.task_types import (
     EXECUTORS,
     PURE_TASK_TYPES,
+    HumanTaskOpen,
     OutgoingNotification,
     StandardResponse,
     TaskCall,
@@ -82,6 +83,8 @@ class TaskOutcome:
     item_rows: list[TaskRow] = field(default_factory=list)
     # What a notification task handed over: delivered once the hop commits (as jobs).
     notifications: list[OutgoingNotification] = field(default_factory=list)
+    # The human tasks it opened (type 5): inbox entries committed with the hop.
+    human_tasks: list[HumanTaskOpen] = field(default_factory=list)
     # Makes `patch` again from other data (the output handler, or a pure task's whole run);
     # None when the patch does not depend on the data.
     rederive: Rederive | None = None
@@ -372,6 +375,7 @@ class TaskRunner:
             patch = self._output(script, context, response, task_type)
         done = run.outcome(TaskStatus.SUCCEEDED, response.as_dict(), patch)
         done.notifications = call.outbox
+        done.human_tasks = call.human_tasks
         if task_type in PURE_TASK_TYPES:
             # Nothing left the worker: the whole task runs again on other data.
             done.rederive = self._rerun(
@@ -579,6 +583,12 @@ class TaskRunner:
                 Codes.TASK_UNSUPPORTED,
                 f"the fan-out's inner task {inner_key} is a notification task (type 10): its "
                 "messages are committed with a hop, which an item does not have",
+            )
+        if inner_type == TaskType.HUMAN:
+            raise TaskFailure(
+                Codes.TASK_UNSUPPORTED,
+                f"the fan-out's inner task {inner_key} is a human task (type 5): its inbox "
+                "entry belongs to a state, which an item does not have",
             )
         if executor is None and inner_type != TaskType.FAN_OUT:
             raise TaskFailure(

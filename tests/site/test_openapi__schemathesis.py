@@ -26,7 +26,9 @@ pytestmark = pytest.mark.django_db
 
 MAX_EXAMPLES = 3
 WORKFLOW = FUZZ_WORKFLOW
-OPERATIONS = 35  # 29, and suspend, resume, migrate, batch create, get and cancel
+# 29, and suspend, resume, migrate, batch create, get and cancel; the human-task inbox, one
+# task, its claim, release and complete
+OPERATIONS = 40
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from instances.engine.task_types.base import (
+    HumanTaskOpen,
     OutgoingNotification,
     StandardResponse,
     TaskCall,
@@ -17,6 +18,7 @@ from instances.engine.task_types.flows import (
 )
 from instances.engine.task_types.cache_aside import execute_cache_aside
 from instances.engine.task_types.http import execute_http
+from instances.engine.task_types.human import execute_human
 from instances.engine.task_types.instance_data import (
     execute_get_instance,
     execute_get_instance_data,
@@ -33,6 +35,7 @@ Executor = Callable[[TaskCall], StandardResponse]
 
 EXECUTORS: dict[str, Executor] = {
     TaskType.HTTP: execute_http,
+    TaskType.HUMAN: execute_human,
     TaskType.SCRIPT: execute_script,
     TaskType.CONDITION: execute_condition,
     TaskType.NOTIFICATION: execute_notification,
@@ -56,6 +59,7 @@ __all__ = [
     "EXECUTORS",
     "PURE_TASK_TYPES",
     "Executor",
+    "HumanTaskOpen",
     "OutgoingNotification",
     "StandardResponse",
     "TaskCall",

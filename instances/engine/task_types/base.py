@@ -90,6 +90,21 @@ class OutgoingNotification:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class HumanTaskOpen:
+    """A human task (type 5) a task opens: its inbox entry, written with the hop."""
+
+    id: Any
+    task_key: str
+    title: str
+    instructions: str
+    roles: list[str]
+    users: list[str]
+    form: Any = None
+    context: Any = None
+    due_at: Any = None
+
+
 @dataclass
 class TaskCall:
     """One execution of a task: its (possibly script-mutated) view, and what it may read."""
@@ -109,6 +124,8 @@ class TaskCall:
     context: ScriptObject | None = None
     # What the task hands over for delivery once the hop commits (notification tasks).
     outbox: list[OutgoingNotification] = field(default_factory=list)
+    # The human tasks it opens (type 5): committed with the hop as inbox entries.
+    human_tasks: list[HumanTaskOpen] = field(default_factory=list)
     # Runs a published task (`{key, domain, flow, version}`) with a mapping as its own input
     # and output handlers, and returns the output handler's value (else the response's data);
     # raises its `TaskFailure`. A cache-aside task's source on a miss (type 18).
