@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -233,3 +234,16 @@ def test_a_fan_out_runs_a_python_inner_task_per_item(operator_client, published)
         "fan#1": ("succeeded", ""),
         "fan#2": ("failed", "Task:Python:score:500"),
     }
+
+
+def test_an_import_of_os_is_refused_at_run_time_too(operator_client):
+    # Stored without the publish check (as a row from an older runtime): the worker refuses it.
+    code = "import os\n\ndef main(input):\n    return {'cwd': os.getcwd()}\n"
+    with mock.patch("workflows.services.component_validate"):
+        component_publish(document=python_task(code))
+    component_publish(document=scoring_workflow())
+    instance_id, _ = run(operator_client, 3)
+    row = journal(instance_id)
+    assert (row.status, row.error_code) == ("failed", "Task:Python:score:500")
+    assert "module 'os' is not one scripts may import" in row.error_message
+    assert "cwd" not in Instance.objects.get(pk=instance_id).data
