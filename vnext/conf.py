@@ -9,6 +9,7 @@ from django.conf import settings
 from instances.engine.egress import EgressPolicy
 from instances.engine.script_pool import PoolSettings
 from instances.engine.script_runner import DEFAULT_HEADER_DENY_PATTERNS, HeaderDenyList
+from instances.engine.targets import NamedTargets
 
 DEFAULTS: dict[str, Any] = {
     # Wall-clock limit for one script call (rule, mapping, timer, ...), in seconds.
@@ -52,6 +53,15 @@ DEFAULTS: dict[str, Any] = {
     # whatever they resolve to) and networks (`10.20.0.0/16`, `127.0.0.1/32`).
     "EGRESS_ALLOW_HOSTS": [],
     "EGRESS_ALLOW_CIDRS": [],
+    # Named targets of task types 3, 1 and 2 (`instances.engine.targets`): a definition names
+    # them, settings hold their addresses and credentials. Services by `appId` and HTTP
+    # endpoints by `endpointName`: `{"customer-api": {"url": "https://...", "headers": {...},
+    # "timeout": 10, "verify": True}}`. Output bindings by `bindingName`, of kind `webhook`
+    # (`url`, `headers`, `timeout`) or `smtp` (`host`, `port`, `from`, `to`, `username`,
+    # `password`, `starttls`, `ssl`, `timeout`).
+    "SERVICES": {},
+    "HTTP_ENDPOINTS": {},
+    "BINDINGS": {},
     # The bearer token `/metrics` asks of its scraper; None: open.
     "METRICS_TOKEN": None,
     # What draws the admin's state diagrams: "graphviz" (its `dot`), "builtin" (a layered layout
@@ -267,6 +277,14 @@ def egress_policy() -> EgressPolicy:
 @lru_cache(maxsize=8)
 def _egress_policy(hosts: tuple[str, ...], cidrs: tuple[str, ...]) -> EgressPolicy:
     return EgressPolicy.from_settings(hosts, cidrs)
+
+
+def named_targets() -> NamedTargets:
+    """The named services, HTTP endpoints and bindings of settings (read at every call, so a
+    settings override applies at once); entries that cannot be used carry their problem."""
+    return NamedTargets.from_settings(
+        vnext_setting("SERVICES"), vnext_setting("HTTP_ENDPOINTS"), vnext_setting("BINDINGS")
+    )
 
 
 def notification_secret() -> str:

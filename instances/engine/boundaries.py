@@ -362,6 +362,8 @@ def boundary_levels(
 _ERROR_TYPES: tuple[tuple[str, str], ...] = (
     ("Task:Http:*", "HttpRequestException"),
     ("Task:Script:*", "ScriptException"),
+    ("Task:Soap:*", "SoapException"),
+    ("Task:Binding:*", "DaprException"),
     ("Task:Python:*", "ScriptException"),
     ("Script:ResourceLimit", "ScriptResourceException"),
     ("Script:Unavailable", "ScriptResourceException"),

@@ -234,6 +234,19 @@ class Codes:
         "unsupported_operator", 400, "Unsupported filter operator"
     )
     FILTER_INVALID_COLUMN = ErrorCode("invalid_column", 400, "Unknown filter or sort column")
+    # Named services, endpoints and bindings (task types 1, 2, 3) and SOAP calls (16).
+    TASK_TARGET_UNKNOWN = ErrorCode(
+        "Task:Target:Unknown", 502, "The service, endpoint or binding named is not configured"
+    )
+    TASK_BINDING_REFUSED = ErrorCode("Task:Binding:Refused", 502, "The binding's peer refused")
+    TASK_BINDING_UNAVAILABLE = ErrorCode(
+        "Task:Binding:Unavailable", 502, "The binding's peer could not be reached"
+    )
+    TASK_BINDING_TIMEOUT = ErrorCode("Task:Binding:Timeout", 504, "The binding timed out")
+    TASK_SOAP_FAULT = ErrorCode("Task:Soap:Fault", 502, "The SOAP service answered a fault")
+    TASK_SOAP_INVALID = ErrorCode(
+        "Task:Soap:InvalidMessage", 502, "The SOAP request or answer is not a SOAP envelope"
+    )
 
     @staticmethod
     def script(code: str) -> ErrorCode:
@@ -261,6 +274,7 @@ TIMEOUT_CODES = frozenset(
     error.code
     for error in (
         Codes.TASK_HTTP_TIMEOUT,
+        Codes.TASK_BINDING_TIMEOUT,
         Codes.SCRIPT_TIMEOUT,
         Codes.FAN_OUT_ITEM_TIMEOUT,
         Codes.FAN_OUT_BATCH_TIMEOUT,

@@ -171,6 +171,28 @@ class InstanceReader(Protocol):
         ...
 
 
+class BindingError(Exception):
+    """Sending through a binding failed: the peer `refused` it (with its reply code as
+    `status`, an SMTP 550), was `unavailable` (no connection, it hung up), or did not answer in
+    time (`timeout`); `egress` when the egress policy refused its address."""
+
+    def __init__(self, reason: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.reason, self.message, self.status = reason, message, status
+
+
+class BindingSender(Protocol):
+    """Sends through the output bindings of one kind (`smtp`): an adapter outside the engine,
+    installed at start-up (`instances.engine.targets.install_binding_sender`)."""
+
+    def send(
+        self, options: dict[str, Any], operation: str, data: Any, metadata: dict[str, str]
+    ) -> Any:
+        """Perform `operation` with `data` and `metadata` on the binding whose settings entry is
+        `options`; return what it answered (the task's `data`). Raises `BindingError`."""
+        ...
+
+
 @dataclass(frozen=True)
 class InstanceAnswer:
     """What starting an instance or running a transition answered, as the public API would:

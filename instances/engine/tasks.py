@@ -67,6 +67,19 @@ _TASK_ATTRIBUTES = {
     "version": "version",
     "tags": "tags",
     "sync": "sync",
+    # DaprService (3), DaprHttpEndpoint (1), DaprBinding (2), SoapTask (16).
+    "appId": "app_id",
+    "methodName": "method_name",
+    "httpVerb": "http_verb",
+    "queryString": "query_string",
+    "endpointName": "endpoint_name",
+    "path": "path",
+    "bindingName": "binding_name",
+    "operation": "operation",
+    "metadata": "metadata",
+    "data": "data",
+    "soapAction": "soap_action",
+    "soapVersion": "soap_version",
 }
 
 
@@ -708,4 +721,6 @@ def _task_view(key: str, task_type: str, config: dict[str, Any]) -> ScriptObject
         if name in config:
             values[attribute] = copy.deepcopy(config[name])
     values.setdefault("headers", {})
+    if task_type == TaskType.DAPR_BINDING:
+        values.setdefault("metadata", {})  # an input handler adds to it (`emailTo`, `path`)
     return ScriptObject(**values)

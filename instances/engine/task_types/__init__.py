@@ -11,12 +11,13 @@ from instances.engine.task_types.base import (
     TaskCall,
     TaskFailure,
 )
+from instances.engine.task_types.binding import execute_binding
+from instances.engine.task_types.cache_aside import execute_cache_aside
 from instances.engine.task_types.flows import (
     execute_direct_trigger,
     execute_start_flow,
     execute_subprocess,
 )
-from instances.engine.task_types.cache_aside import execute_cache_aside
 from instances.engine.task_types.http import execute_http
 from instances.engine.task_types.human import execute_human
 from instances.engine.task_types.instance_data import (
@@ -24,10 +25,12 @@ from instances.engine.task_types.instance_data import (
     execute_get_instance_data,
     execute_get_instances,
 )
+from instances.engine.task_types.named import execute_dapr_http_endpoint, execute_dapr_service
 from instances.engine.task_types.notification import execute_notification
-from instances.engine.task_types.python import execute_python
 from instances.engine.task_types.pubsub import execute_pubsub
+from instances.engine.task_types.python import execute_python
 from instances.engine.task_types.script import execute_condition, execute_script
+from instances.engine.task_types.soap import execute_soap
 from instances.engine.task_types.state_store import execute_state_store
 from instances.status import TaskType
 
@@ -45,6 +48,10 @@ EXECUTORS: dict[str, Executor] = {
     TaskType.SUBPROCESS: execute_subprocess,
     TaskType.GET_INSTANCES: execute_get_instances,
     TaskType.GET_INSTANCE: execute_get_instance,
+    TaskType.DAPR_SERVICE: execute_dapr_service,
+    TaskType.DAPR_HTTP_ENDPOINT: execute_dapr_http_endpoint,
+    TaskType.DAPR_BINDING: execute_binding,
+    TaskType.SOAP: execute_soap,
     TaskType.PYTHON: execute_python,
     TaskType.DAPR_PUBSUB: execute_pubsub,
     TaskType.STATE_STORE: execute_state_store,
