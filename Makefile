@@ -50,7 +50,7 @@ BROWSER_PACKAGES := chromium chromium-driver graphviz
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .DEFAULT_GOAL := help
-.PHONY: help install python browser run serve test lint format bench worker beat relay migrate clean
+.PHONY: help install python browser run serve test lint format bench worker beat relay consume migrate clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -124,6 +124,9 @@ beat: $(STAMP) ## Celery beat with the django-celery-beat database scheduler
 
 relay: $(STAMP) ## The outbox relay: instance events to RabbitMQ / Redis Streams (VNEXT_OUTBOX_TARGETS)
 	$(PY) manage.py outbox_relay
+
+consume: $(STAMP) ## Consume broker events into instances (VNEXT_EVENT_ROUTES; README "Events from a broker")
+	$(PY) manage.py events_consume $(CONSUME_ARGS)
 
 migrate: $(STAMP) ## Apply database migrations
 	$(PY) manage.py migrate

@@ -167,7 +167,7 @@ class RabbitConsumer:
         disposition: Disposition,
         delay: float | None = None,
     ) -> None:
-        headers = dict(message.headers or {})
+        headers: dict[str, Any] = dict(message.headers or {})
         headers.update(
             {
                 "x-vnext-queue": self.queue,
@@ -181,7 +181,7 @@ class RabbitConsumer:
             }
         )
         properties = message.properties or {}
-        optional = {
+        optional: dict[str, Any] = {
             key: properties[key]
             for key in ("message_id", "correlation_id", "type", "app_id", "timestamp")
             if properties.get(key) is not None

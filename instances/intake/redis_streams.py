@@ -110,7 +110,8 @@ class StreamConsumer:
             if time.monotonic() >= next_claim:
                 self._claim_idle(client)
                 next_claim = time.monotonic() + max(self.claim_idle_ms / 2000, 0.2)
-            reply = client.xreadgroup(
+            # redis-py types replies as the union of every command's: read as Any.
+            reply: Any = client.xreadgroup(
                 self.group, self.name, {self.stream: ">"}, count=self.prefetch, block=1000
             )
             for _stream, entries in reply or []:
@@ -121,9 +122,9 @@ class StreamConsumer:
 
     def _own_pending(self, client: redis.Redis) -> None:
         # This consumer's history: entries it read before and did not acknowledge.
-        after = "0"
+        after: Any = "0"
         while not self.stop.is_set():
-            reply = client.xreadgroup(
+            reply: Any = client.xreadgroup(
                 self.group, self.name, {self.stream: after}, count=self.prefetch
             )
             entries = reply[0][1] if reply else []
@@ -138,7 +139,7 @@ class StreamConsumer:
     def _claim_idle(self, client: redis.Redis) -> None:
         cursor: Any = "0-0"
         while not self.stop.is_set():
-            reply = client.xautoclaim(
+            reply: Any = client.xautoclaim(
                 self.stream,
                 self.group,
                 self.name,
@@ -155,7 +156,7 @@ class StreamConsumer:
                 return
 
     def _deliveries(self, client: redis.Redis, entry_id: Any) -> int:
-        pending = client.xpending_range(
+        pending: Any = client.xpending_range(
             self.stream, self.group, min=entry_id, max=entry_id, count=1
         )
         return int(pending[0]["times_delivered"]) if pending else 1

@@ -52,7 +52,8 @@ def queue() -> Iterator[str]:
 
 def ready_count(connection: Connection, name: str) -> int:
     """Messages ready in `name` (not those a consumer holds)."""
-    declared = connection.default_channel.queue_declare(queue=name, passive=True)
+    channel: Any = connection.default_channel  # py-amqp's channel
+    declared = channel.queue_declare(queue=name, passive=True)
     return int(declared.message_count)
 
 
@@ -106,7 +107,7 @@ def publish_events(connection: Connection, queue: str) -> None:
 
 def dead_letters(connection: Connection, queue: str) -> list[tuple[bytes, dict[str, Any]]]:
     found = []
-    channel = connection.channel()
+    channel: Any = connection.channel()
     while (message := channel.basic_get(queue=dead_letter_queue(queue), no_ack=True)) is not None:
         body = message.body  # py-amqp decodes a body with a content encoding
         found.append((body if isinstance(body, bytes) else body.encode(), dict(message.headers)))
