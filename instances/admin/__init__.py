@@ -31,6 +31,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from instances.admin import batches as batches  # registers the Batches admin
+from instances.admin import human_tasks as human_tasks  # registers the Human tasks admin
 from instances.admin import inspector
 from instances.admin import outbox as outbox  # registers the Outbox events admin
 from instances.admin.operator_pages import (

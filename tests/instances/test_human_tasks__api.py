@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from instances.human_task_table import HumanTask, HumanTaskAssignee
@@ -326,3 +328,33 @@ def test_three_users_with_different_roles_see_exactly_their_tasks(operator_clien
     assert set(ids(alice, state="review")) == set(ids(alice))
     bad = alice.get(INBOX, {"claimed": "maybe"})
     assert bad.status_code == 400
+
+
+def test_the_admin_lists_open_human_tasks_with_filters(loan: WorkflowApi, operator: Any):
+    open_ref = in_review(loan)
+    gone_ref = in_review(loan, team="auditors")
+    loan.fired(gone_ref, "withdraw")
+    url = reverse("admin:instances_humantask_changelist")
+    admin_client = Client()
+    admin_client.force_login(operator)
+
+    default = admin_client.get(url)
+    assert default.status_code == 200
+    listed = {str(task.instance_id) for task in default.context["cl"].result_list}
+    assert listed == {open_ref}
+    everything = admin_client.get(url, {"state_of_task": "all"})
+    assert {str(t.instance_id) for t in everything.context["cl"].result_list} == {
+        open_ref,
+        gone_ref,
+    }
+    cancelled = admin_client.get(url, {"state_of_task": "cancelled"})
+    assert [str(t.instance_id) for t in cancelled.context["cl"].result_list] == [gone_ref]
+    other = admin_client.get(url, {"workflow": "core/other"})
+    assert list(other.context["cl"].result_list) == []
+    found = admin_client.get(url, {"q": open_ref})
+    assert [str(t.instance_id) for t in found.context["cl"].result_list] == [open_ref]
+    task = HumanTask.objects.get(instance_id=open_ref)
+    assert (
+        admin_client.get(reverse("admin:instances_humantask_change", args=[task.pk])).status_code
+        == 200
+    )
