@@ -141,6 +141,37 @@ def grow(total: int) -> None:
         cursor.execute("VACUUM (ANALYZE) instances_instance")
         cursor.execute("VACUUM (ANALYZE) instances_instancetransition")
         cursor.execute("VACUUM (ANALYZE) instances_instancedataversion")
+    _grow_human_tasks()
+
+
+# An open human task (type 5) for every instance in `review` that has none, assigned to one of
+# 50 roles, and one in 50 also to the bench operator, whose inbox the probes read.
+_HUMAN_TASKS = """
+WITH made AS (
+  INSERT INTO instances_humantask (id, instance_id, domain, workflow_key, state, task_key,
+    title, instructions, roles, users, status, claimed_by, completed_by, created_at)
+  SELECT gen_random_uuid(), i.id, i.domain, i.workflow_key, 'review', 'approve', 'Approve', '',
+    jsonb_build_array('r' || (abs(hashtext(i.id::text)) %% 50)),
+    CASE WHEN abs(hashtext(i.id::text || 'u')) %% 50 = 0 THEN '["bench-operator"]'::jsonb
+      ELSE '[]'::jsonb END,
+    'open', '', '', i.created_at
+  FROM instances_instance i
+  WHERE i.workflow_key = %(flow)s AND i.current_state = 'review' AND i.status <> 'C'
+    AND NOT EXISTS (SELECT 1 FROM instances_humantask h WHERE h.instance_id = i.id)
+  RETURNING id, domain, created_at, roles, users
+)
+INSERT INTO instances_humantaskassignee (task_id, domain, assignee, created_at)
+SELECT id, domain, 'role:' || (roles ->> 0), created_at FROM made
+UNION ALL
+SELECT id, domain, 'user:bench-operator', created_at FROM made WHERE users <> '[]'::jsonb
+"""
+
+
+def _grow_human_tasks() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(_HUMAN_TASKS, {"flow": FLOW})
+        cursor.execute("VACUUM (ANALYZE) instances_humantask")
+        cursor.execute("VACUUM (ANALYZE) instances_humantaskassignee")
 
 
 _INSERT_CHUNK = f"""
@@ -214,6 +245,12 @@ def _probes() -> list[Probe]:
         Probe("admin search by key prefix", "/admin/instances/instance/?q=ORD-0000123", admin=True),
         Probe("admin dashboard", "/admin/", admin=True),
         Probe("GET /metrics", "/metrics"),
+        # The human-task inbox (task type 5): the operator's open tasks, one index range.
+        Probe("human-task inbox", f"/api/v1/{DOMAIN}/functions/human-task?pageSize=20"),
+        Probe(
+            "human-task inbox, unclaimed, one workflow",
+            f"/api/v1/{DOMAIN}/functions/human-task?pageSize=20&claimed=false&workflow={FLOW}",
+        ),
     ]
 
 
