@@ -1,7 +1,9 @@
 """`events_consume` on a real RabbitMQ: 1,000 CloudEvents (half structured, half binary mode)
 start 1,000 instances while the consumer process is SIGKILLed twice mid-stream and started
 again; every event is applied exactly once, and the two poison messages (not JSON; refused by
-the mapping) are in the dead-letter queue with their reasons. A SIGTERM stops it cleanly."""
+the mapping) are in the dead-letter queue with their reasons. A SIGTERM stops it cleanly. An
+event that comes before its instance is retried through `<queue>.retry` until it applies, or is
+dead-lettered when its attempts run out."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from kombu import Connection, Producer, Queue
 from instances.intake.rabbitmq import dead_letter_queue, queues_declare, retry_queue
 from instances.job_table import Job
 from instances.models import Instance
+from instances.services import RequestInfo, instance_start
 from instances.status import JobKind
 from tests.instances.workflows import publish
 from tests.integration.intake_support import (
@@ -168,3 +171,53 @@ def test_a_thousand_events_apply_once_across_two_kills(queue, tmp_path: Path):
     assert headers["x-vnext-error-code"] == "Script:100001"
     assert "cannot be mapped" in headers["x-vnext-error"]
     assert headers["x-vnext-queue"] == queue
+
+
+def test_an_event_before_its_instance_is_retried_until_it_applies_or_runs_out(
+    queue, tmp_path: Path
+):
+    """Through `<queue>.retry` and back: the event for `L-late` applies once its instance is
+    started, the one for `nobody` is dead-lettered after its attempts."""
+    publish(intake_workflow())
+    routes = [
+        {
+            "source": "rabbitmq",
+            "queue": queue,
+            "workflow": "intake-start",
+            "action": "transition",
+            "transitionKey": "bump",
+        }
+    ]
+    env = {"VNEXT_EVENT_MAX_ATTEMPTS": "4", "VNEXT_EVENT_RETRY_SECONDS": "0.3"}
+    consumer = ConsumerProcess(tmp_path / "consumer.log", routes, 1, **env)
+    with Connection(AMQP_URL) as connection:
+        queues_declare(connection.default_channel, queue)
+        producer = Producer(connection.default_channel)
+        for key in ("L-late", "nobody"):
+            event = {"specversion": "1.0", "id": f"bump-{key}", "data": {"order": key, "n": 1}}
+            producer.publish(
+                json.dumps(event).encode(),
+                routing_key=queue,
+                content_type="application/cloudevents+json",
+                content_encoding="utf-8",
+            )
+        consumer.start()
+        try:
+            wait_for(lambda: b"tried again (attempt 1)" in consumer.log.read_bytes(), 10, "a retry")
+            late = instance_start(
+                domain="core",
+                workflow="intake-start",
+                body={"key": "L-late", "attributes": {}},
+                info=RequestInfo(actor="test"),
+            )
+            wait_for(lambda: receipts() == 1, 10, "the late instance's event applied")
+            wait_for(lambda: ready_count(connection, dead_letter_queue(queue)) == 1, 10, "dead")
+        finally:
+            assert consumer.stop() == 0
+        [(body, headers)] = dead_letters(connection, queue)
+
+    run_jobs_until_settled()
+    assert Instance.objects.get(pk=late.instance.id).current_state == "bumped"
+    assert json.loads(body)["id"] == "bump-nobody"
+    assert (headers["x-vnext-reason"], headers["x-vnext-attempts"]) == ("unmatched", 4)
+    assert "matched no instance" in headers["x-vnext-error"]

@@ -6,12 +6,14 @@ idle: every event applied exactly once, the poison entry in `<stream>:dead`."""
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 
@@ -42,6 +44,12 @@ def stream() -> Iterator[str]:
     name = f"intake-test-{uuid.uuid4().hex[:10]}"
     yield name
     redis.Redis.from_url(REDIS_URL).delete(name, dead_letter_stream(name))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def pending_of(client: redis.Redis, stream: str, consumer: str) -> int:
@@ -83,10 +91,15 @@ def test_a_killed_consumers_entries_are_taken_over_and_applied_once(stream, tmp_
     assert held > 0
     assert applied_at_kill < EVENTS
 
-    consumer.start("--consumer-name", "second", "--prefetch", "10")
+    port = free_port()
+    consumer.start("--consumer-name", "second", "--prefetch", "10", "--metrics-port", str(port))
     wait_for(lambda: receipts() == EVENTS, 30, "every event applied")
     wait_for(lambda: client.xlen(dead_letter_stream(stream)) == 1, 10, "the poison dead")
     wait_for(lambda: client.xpending(stream, GROUP)["pending"] == 0, 10, "all acknowledged")
+    # The second process's own figures: the events it applied (the rest were the first's).
+    scraped = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    labels = f'route="core/intake-start:start",source="redis"'
+    assert f"vnext_events_consumed_total{{{labels}}} {float(EVENTS - applied_at_kill)}" in scraped
     assert consumer.stop() == 0
     assert pending_of(client, stream, "first-0") == 0  # taken over, then acknowledged
 
