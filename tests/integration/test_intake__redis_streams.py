@@ -98,7 +98,7 @@ def test_a_killed_consumers_entries_are_taken_over_and_applied_once(stream, tmp_
     wait_for(lambda: client.xpending(stream, GROUP)["pending"] == 0, 10, "all acknowledged")
     # The second process's own figures: the events it applied (the rest were the first's).
     scraped = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-    labels = f'route="core/intake-start:start",source="redis"'
+    labels = 'route="core/intake-start:start",source="redis"'
     assert f"vnext_events_consumed_total{{{labels}}} {float(EVENTS - applied_at_kill)}" in scraped
     assert consumer.stop() == 0
     assert pending_of(client, stream, "first-0") == 0  # taken over, then acknowledged
