@@ -15,6 +15,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from instances.engine.errors import VNextError
 from instances.human_task_table import HumanTask, HumanTaskAssignee
 from instances.models import Instance, InstanceTask
 from tests.conftest import UserFactory
@@ -358,3 +359,28 @@ def test_the_admin_lists_open_human_tasks_with_filters(loan: WorkflowApi, operat
         admin_client.get(reverse("admin:instances_humantask_change", args=[task.pk])).status_code
         == 200
     )
+
+
+def test_publish_refuses_the_human_task_fields_nothing_runs():
+    document = task_component(
+        "escalating",
+        "5",
+        {
+            "title": "t",
+            "instructions": "i",
+            "assignedTo": "approvers",
+            "reminderIntervalMinutes": 5,
+            "escalationTimeoutMinutes": 60,
+            "escalationAssignee": "managers",
+            "dueDate": "next tuesday",
+        },
+    )
+    with pytest.raises(VNextError) as refused:
+        component_publish(document=document)
+    pointers = {v.pointer for v in refused.value.violations}
+    assert {
+        "/attributes/config/reminderIntervalMinutes",
+        "/attributes/config/escalationTimeoutMinutes",
+        "/attributes/config/escalationAssignee",
+        "/attributes/config/dueDate",
+    } <= pointers

@@ -8,6 +8,7 @@ from typing import Any
 
 from instances.engine.errors import Violation
 from workflows.documents import detect_kind
+from workflows.validation.human_tasks import human_task_violations
 from workflows.validation.named_stores import named_store_violations
 from workflows.validation.scripts import SCRIPT_MISSING, Resolver, script_violations
 from workflows.validation.semantic import semantic_violations
@@ -35,6 +36,7 @@ def validate_component(document: Any, resolver: Resolver) -> list[Violation]:
     specific += trigger_violations(document, kind, resolver)
     specific += task_type_violations(document, kind, resolver)
     specific += named_store_violations(document, kind, resolver)
+    specific += list(human_task_violations(document, kind))
     # "script missing" says nothing of the object's shape: what the schema says of it stays.
     pointers = {v.pointer for v in specific if not v.message.startswith(SCRIPT_MISSING)}
     merged = [v for v in structural if v.pointer not in pointers] + specific
