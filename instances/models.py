@@ -12,8 +12,10 @@ from django.utils import timezone
 
 # Django registers the models of an app by importing its `models` module: the job table lives in
 # its own module (only `instances.queue` queries it), imported here for that registration alone.
-from instances import job_table  # noqa: F401
-from instances import human_task_table  # noqa: F401
+from instances import (
+    human_task_table,  # noqa: F401
+    job_table,  # noqa: F401
+)
 from instances.status import (
     BatchOperation,
     BatchOutcome,
