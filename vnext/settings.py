@@ -1,5 +1,6 @@
 """Settings, all read from the environment through one `environ.Env()` (see `.env.example`)."""
 
+import os
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -20,8 +21,16 @@ DEBUG = env.bool("DEBUG", default=False)
 # No public default: without SECRET_KEY the installation generates its own once, in var/
 # (owner-only); `check --deploy` warns about it (vnext/secret_key.py). Production sets it.
 SECRET_KEY_FILE = env.path("VNEXT_SECRET_KEY_FILE", default=BASE_DIR / "var" / "secret_key")
-SECRET_KEY_GENERATED = not env.str("SECRET_KEY", default="")
-SECRET_KEY = env.str("SECRET_KEY", default="") or installation_secret_key(Path(SECRET_KEY_FILE))
+
+
+def _secret(name: str) -> str:
+    """A secret as the environment holds it: django-environ would read a value that starts
+    with `$` as the name of another variable, and secrets may start with one."""
+    return os.environ.get(name, "")
+
+
+SECRET_KEY_GENERATED = not _secret("SECRET_KEY")
+SECRET_KEY = _secret("SECRET_KEY") or installation_secret_key(Path(SECRET_KEY_FILE))
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -94,7 +103,9 @@ MIDDLEWARE = [
 # default; set VNEXT_JWT_ALGORITHM=RS256 and VNEXT_JWT_VERIFYING_KEY for a provider's key.
 SIMPLE_JWT = {
     "ALGORITHM": env("VNEXT_JWT_ALGORITHM", default="HS256"),
-    "SIGNING_KEY": env("VNEXT_JWT_SIGNING_KEY", default=SECRET_KEY),
+    # Not `env(..., default=SECRET_KEY)`: a default that starts with `$` (a generated key may)
+    # is read as a variable's name, over and over (a RecursionError at start-up).
+    "SIGNING_KEY": _secret("VNEXT_JWT_SIGNING_KEY") or SECRET_KEY,
     "VERIFYING_KEY": env("VNEXT_JWT_VERIFYING_KEY", default="") or None,
     "AUDIENCE": env("VNEXT_JWT_AUDIENCE", default="") or None,
     "ISSUER": env("VNEXT_JWT_ISSUER", default="") or None,

@@ -44,3 +44,31 @@ def test_check_deploy_warns_about_a_generated_key(tmp_path: Path):
     chosen = _deploy_check({"SECRET_KEY": "x" * 60, "VNEXT_SECRET_KEY_FILE": str(tmp_path / "k")})
     assert "vnext.W001" not in chosen
     assert not (tmp_path / "k").exists()
+
+
+def test_a_key_that_starts_with_a_dollar_is_used_as_it_is(tmp_path: Path):
+    # django-environ reads a value (or a default) starting with `$` as another variable's name:
+    # a generated key that happened to start with one stopped the process (RecursionError).
+    generated = tmp_path / "secret_key"
+    installation_secret_key(generated)
+    generated.write_text("$" + "k" * 59)
+    answer = _deploy_check({"VNEXT_SECRET_KEY_FILE": str(generated)})
+    assert "RecursionError" not in answer
+    assert "vnext.W001" in answer
+    chosen = "$" + "c" * 59
+    script = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.SECRET_KEY == settings.SIMPLE_JWT['SIGNING_KEY'] == "
+        f"{chosen!r})"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    environment.update({"SECRET_KEY": chosen, "DJANGO_SETTINGS_MODULE": "vnext.settings"})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.strip() == "True", result.stderr[-2000:]
