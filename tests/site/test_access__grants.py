@@ -45,6 +45,7 @@ def routes() -> list[tuple[str, Any]]:
 
 
 ROUTES = routes()
+INBOX = "api/v1/<str:domain>/functions/human-task"
 
 
 def requests_of(route: str, view: Any, instance: str) -> list[tuple[str, str]]:
@@ -57,6 +58,7 @@ def requests_of(route: str, view: Any, instance: str) -> list[tuple[str, str]]:
         "kind": "workflow",
         "key": WORKFLOW,
         "batch": "00000000-0000-0000-0000-000000000000",
+        "task": "00000000-0000-0000-0000-000000000000",
     }
     path = route
     for name, value in values.items():
@@ -100,6 +102,12 @@ def test_a_user_without_grants_gets_403_or_404_everywhere(instance):
         for method, path in requests_of(route, view, instance):
             response = getattr(stranger, method)(path, {}, format="json")
             answered.append((method, path, response.status_code))
+            if route == INBOX and method == "get":
+                # The human-task inbox is every caller's own: assignment is its access rule,
+                # and nothing is assigned to a stranger.
+                assert response.status_code == 200, response.content
+                assert response.json()["items"] == []
+                continue
             assert response.status_code in (403, 404), (method, path, response.content)
             assert response["Content-Type"] == "application/problem+json", (method, path)
     assert len(answered) >= 15
