@@ -384,3 +384,25 @@ def test_publish_refuses_the_human_task_fields_nothing_runs():
         "/attributes/config/escalationAssignee",
         "/attributes/config/dueDate",
     } <= pointers
+
+
+def test_publish_refuses_a_human_task_anywhere_but_a_states_on_entries():
+    publish()
+    on_transition = transition("decide", "decided")
+    on_transition["onExecutionTasks"] = [human_ref(ASSIGN_FROM_DATA)]
+    misplaced = workflow(
+        [
+            state("draft", 1, [transition("submit", "review")]),
+            state("review", 2, [on_transition], onExits=[human_ref(ASSIGN_FROM_DATA)]),
+            state("decided", 3, subType=1),
+        ],
+        key="loan-misplaced",
+    )
+    with pytest.raises(VNextError) as refused:
+        component_publish(document=misplaced)
+    reasons = {v.pointer: v.message for v in refused.value.violations}
+    assert set(reasons) == {
+        "/attributes/states/1/transitions/0/onExecutionTasks/0/task",
+        "/attributes/states/1/onExits/0/task",
+    }, reasons
+    assert all("onEntries" in message for message in reasons.values())

@@ -82,6 +82,8 @@ def _reference_violations(
             target_attributes = target.get("attributes") if isinstance(target, dict) else None
             if isinstance(target_attributes, dict):
                 reason = refusal(target_attributes.get("type"))
+                if reason is None and str(target_attributes.get("type")) == TaskType.HUMAN:
+                    reason = _human_task_misplaced(path)
                 if reason is not None:
                     yield Violation(json_pointer(*path), f"task {ref} cannot run: {reason}")
             return
@@ -90,3 +92,15 @@ def _reference_violations(
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from _reference_violations(value, (*path, index), resolver)
+
+
+def _human_task_misplaced(path: tuple[Any, ...]) -> str | None:
+    # A human task opens an inbox entry for the state it is entered with, and leaving that
+    # state cancels it: anywhere but a state's onEntries (a transition's or an exit's tasks, a
+    # function, a fan-out item, a cache-aside source) it would be cancelled as it is made.
+    if len(path) >= 5 and path[-5] == "states" and path[-3] == "onEntries" and path[-1] == "task":
+        return None
+    return (
+        "a human task (type 5) waits in the state that opens it: reference it from a state's "
+        "onEntries (here it would be cancelled as soon as it is made)"
+    )
