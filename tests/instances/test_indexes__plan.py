@@ -307,6 +307,8 @@ def test_apply_refuses_a_transaction_and_a_second_run_beside_the_first(built):
         other.execute("SELECT pg_advisory_lock(%s)", [index_plans._APPLY_LOCK])
         with pytest.raises(ApplyRefused, match="another indexes_apply"):
             index_apply(plan, report=lambda line: None)
+        # Released here: a closed connection's backend lets go of its locks a moment later.
+        other.execute("SELECT pg_advisory_unlock(%s)", [index_plans._APPLY_LOCK])
     finally:
         other.close()
     assert search_indexes() == {}
