@@ -18,7 +18,7 @@ is cancelled, and one the target adds is armed by its timer script.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +31,7 @@ from instances.engine.definition import TransitionDef, WorkflowDefinition
 from instances.engine.errors import Codes, VNextError, refused_at
 from instances.engine.records import SUBFLOW_OWNER_PREFIX, InstanceSnapshot, JobRow, new_etag
 from instances.engine.script_runner import script_context
-from instances.engine.timers import timer_due
+from instances.engine.timers import timer_arm, timer_due
 from instances.job_payloads import TimerJob
 from instances.models import Correlation, Instance, OperatorAction
 from instances.operations import operator_action_record
@@ -195,6 +195,8 @@ class TimerPlan:
     due_at: datetime | None = None
     kind: str = JobKind.TIMER
     job_id: int | None = None
+    # The armed or kept job's payload: a cron timer's schedule and occurrence go with it.
+    payload: TimerJob | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The dry-run report's form."""
@@ -387,7 +389,8 @@ def _timer_plan(
     kept: set[str] = set()
     has_timeout = False
     for job in jobs_armed_timers(instance_id=instance.id):
-        transition = TimerJob.from_json(job.payload).transition
+        armed = TimerJob.from_json(job.payload)
+        transition = armed.transition
         if job.kind == JobKind.TIMEOUT:
             has_timeout = True
             action = "kept" if timeout is not None else "cancelled"
@@ -397,7 +400,9 @@ def _timer_plan(
             continue  # a timer of a state it left: void already, it will be skipped
         if transition in scheduled and transition not in kept:
             kept.add(transition)
-            plans.append(TimerPlan(transition, "kept", job.run_at, JobKind.TIMER, job.pk))
+            plans.append(
+                TimerPlan(transition, "kept", job.run_at, JobKind.TIMER, job.pk, payload=armed)
+            )
         else:
             plans.append(TimerPlan(transition, "cancelled", job.run_at, JobKind.TIMER, job.pk))
     if instance.status != InstanceStatus.FAULTED:
@@ -513,7 +518,9 @@ def _armed_due_times(plan: MigrationPlan) -> dict[str, datetime]:
         )
         try:
             value = engine().scripts.call(script, target, "handler", context)
-            due[timer.transition] = timer_due(value, now)
+            arm = timer_arm(value, now)
+            due[timer.transition] = arm.due
+            timer.payload = TimerJob.from_json(arm.payload(timer.transition, state=plan.to_state))
         except Exception as exc:  # a script of the target: its failure is the refusal
             raise VNextError(
                 Codes.MIGRATION_TIMER_UNARMABLE,
@@ -534,7 +541,8 @@ def _apply_timers(
         if timer.action != "kept" or timer.job_id is None:
             continue
         if timer.kind == JobKind.TIMER:
-            payload = TimerJob(timer.transition, state=plan.to_state).to_json()
+            kept = timer.payload or TimerJob(timer.transition)
+            payload = replace(kept, state=plan.to_state).to_json()
             job_timer_retarget(job_id=timer.job_id, state=plan.to_state, payload=payload)
     rows = []
     for timer in plan.timers:
@@ -554,7 +562,9 @@ def _apply_timers(
                     kind=JobKind.TIMER,
                     run_at=armed[timer.transition],
                     state=plan.to_state,
-                    payload=TimerJob(timer.transition, state=plan.to_state).to_json(),
+                    payload=(
+                        timer.payload or TimerJob(timer.transition, state=plan.to_state)
+                    ).to_json(),
                 )
             )
     if rows:

@@ -295,3 +295,59 @@ def test_a_literal_bad_cron_is_refused_at_publish(operator_client):
     (error,) = response.json()["errors"]
     assert error["pointer"] == "/attributes/states/0/transitions/0/timer/code"
     assert error["message"].startswith("line 2: unknown time zone 'Europe/Ankara'")
+
+
+def test_a_migration_keeps_a_cron_timers_schedule_and_arms_the_targets_with_theirs(
+    clock, operator_client
+):
+    publish(ticking())
+    instance_id = start(operator_client)
+    kept_before = pending_timer(instance_id).payload
+    target = ticking()
+    target["version"] = "1.1.0"
+    hourly = script(
+        "def handler(context):\n    return TimerSchedule.from_cron('0 * * * *', 'UTC')\n"
+    )
+    target["attributes"]["states"][0]["transitions"].append(
+        transition("chime", "ticking", 2, timer=hourly)
+    )
+    publish(target)
+
+    migrated = operator_client.post(
+        f"{BASE.format(key='ticking')}/{instance_id}/migrate",
+        {"targetVersion": "1.1.0"},
+        format="json",
+    )
+
+    assert migrated.status_code == 200, migrated.json()
+    timers = {
+        job.payload["transition"]: job
+        for job in Job.objects.filter(
+            instance_id=instance_id, kind="timer", status=JobStatus.PENDING
+        )
+    }
+    # The kept timer is the same job, its schedule and occurrence with it.
+    assert timers["tick"].payload == kept_before
+    # The target's new timer is armed at its next occurrence, its schedule in its payload.
+    assert timers["chime"].run_at == datetime(2030, 3, 1, 11, 0, tzinfo=UTC)
+    assert timers["chime"].payload == {
+        "transition": "chime",
+        "state": "ticking",
+        "cron": "0 * * * *",
+        "timeZone": "UTC",
+        "occurrence": datetime(2030, 3, 1, 11, 0, tzinfo=UTC).isoformat(),
+    }
+    clock.now = minute(1, second=5)
+    assert jobs_run_due() == {"succeeded": 1}
+    assert pending_timer_of(instance_id, "tick").run_at == minute(2)
+
+
+def pending_timer_of(instance_id: str, transition_key: str) -> Job:
+    (job,) = (
+        job
+        for job in Job.objects.filter(
+            instance_id=instance_id, kind="timer", status=JobStatus.PENDING
+        )
+        if job.payload["transition"] == transition_key
+    )
+    return job
