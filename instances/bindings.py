@@ -66,13 +66,16 @@ class SmtpSender:
         if not sender or not to:
             raise BindingError("refused", "a mail needs a sender (from) and a recipient (emailTo)")
         message = EmailMessage()
-        message["From"] = sender
-        message["To"] = ", ".join(to)
-        if cc:
-            message["Cc"] = ", ".join(cc)
-        message["Subject"] = metadata.get("subject", "")
-        if metadata.get("priority"):
-            message["X-Priority"] = str(metadata["priority"])
+        try:
+            message["From"] = sender
+            message["To"] = ", ".join(to)
+            if cc:
+                message["Cc"] = ", ".join(cc)
+            message["Subject"] = metadata.get("subject", "")
+            if metadata.get("priority"):
+                message["X-Priority"] = str(metadata["priority"])
+        except ValueError as exc:  # a header value with a line break, from the definition
+            raise BindingError("refused", f"a mail header was refused: {exc}") from exc
         message["Message-ID"] = make_msgid()
         message.set_content(data if isinstance(data, str) else json.dumps(data, default=str))
         host, port = str(options["host"]), int(options.get("port") or 25)

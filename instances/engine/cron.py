@@ -18,6 +18,7 @@ Daylight saving time, in the schedule's zone:
 from __future__ import annotations
 
 import ast
+import re
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -25,8 +26,12 @@ from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, 
 
 from instances.engine.scripts import CronSchedule
 
-_NICKNAMES = frozenset({"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly"})
-_NICKNAMES |= {"@annually"}
+_NICKNAMES = frozenset(
+    {"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually"}
+)
+MAX_EXPRESSION_LENGTH = 256
+# croniter's random value (`R`, `R(1-5)`): an R that is not part of a name such as MAR or FRI.
+_RANDOM = re.compile(r"(?<![A-Za-z])[Rr](?![A-Za-z])")
 
 # More than the occurrences a fall-back night can repeat for a schedule that fires every minute.
 _MAX_REPEATS_SKIPPED = 61
@@ -42,7 +47,18 @@ def cron_checked(schedule: CronSchedule) -> tuple[str, ZoneInfo]:
     expression = schedule.expression
     if not isinstance(expression, str) or not expression.strip():
         raise CronError("a cron timer needs an expression such as '0 9 * * 1-5'")
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        # croniter parses in time linear in the text, in the server: a script's long answer
+        # must not stall it.
+        raise CronError(
+            f"a cron expression is at most {MAX_EXPRESSION_LENGTH} characters "
+            f"(this one has {len(expression)})"
+        )
     expression = " ".join(expression.split())
+    if _RANDOM.search(expression):
+        # croniter's `R` picks a random value at each parse: publish and every re-arm would
+        # compute another schedule.
+        raise CronError(f"cron expression {expression!r}: random values (R) are not supported")
     if expression.startswith("@"):
         if expression.lower() not in _NICKNAMES:
             raise CronError(

@@ -104,6 +104,8 @@ def decode_result(tagged: Any) -> Any:
         return dt.datetime.fromisoformat(str(tagged["v"]))
     if tag == "cron":
         fields = tagged.get("v") or {}
+        if not isinstance(fields, dict):
+            raise WireError("the worker sent a cron schedule that is not an object")
         return CronSchedule(str(fields.get("cron", "")), str(fields.get("timeZone", "")))
     raise WireError(f"the worker sent a result of unknown kind {tag!r}")
 

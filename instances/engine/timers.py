@@ -128,12 +128,6 @@ def rearm_workflow_timeout(execution: Execution, hop: Hop, entered: StateDef) ->
         execution.writes.reschedule_timeout = arm.due
 
 
-def workflow_timeout_due(execution: Execution, hop: Hop, timeout: TransitionDef) -> datetime | None:
-    """When the workflow timeout armed now is due (see `workflow_timeout_arm`)."""
-    arm = workflow_timeout_arm(execution, hop, timeout)
-    return arm.due if arm is not None else None
-
-
 def workflow_timeout_arm(execution: Execution, hop: Hop, timeout: TransitionDef) -> TimerArm | None:
     """The workflow timeout armed now: its mapping's answer (a duration, a moment or a cron
     schedule), else (no mapping, or the mapping failed) its static `timer.duration` from now;
@@ -197,15 +191,12 @@ def _cron_due(schedule: CronSchedule, after: datetime) -> datetime:
 
 
 def timer_due(value: Any, now: datetime) -> datetime:
-    """When a timer script's result fires: a timedelta or ISO 8601 duration from now, an aware
-    datetime (or ISO 8601 text of one), a cron schedule's next occurrence, or None / zero for
-    immediately."""
+    """When a one-shot timer fires: a timedelta or ISO 8601 duration from now, an aware
+    datetime (or ISO 8601 text of one), or None / zero for immediately (a cron schedule is
+    `timer_arm`'s: it re-arms)."""
     value = response_data(value)
     if value is None:
         return now
-    schedule = cron_schedule_of(value)
-    if schedule is not None:
-        return _cron_due(schedule, now)
     if isinstance(value, timedelta):
         try:
             return now + max(value, timedelta(0))

@@ -67,6 +67,11 @@ def test_the_fall_back_hour_repeats_only_for_hourly_schedules():
     ]
 
 
+def test_month_and_day_names_are_not_taken_for_random_values():
+    due = cron_next(CronSchedule("0 9 * MAR FRI", "UTC"), utc(2030, 1, 1))
+    assert due == utc(2030, 3, 1, 9)
+
+
 def test_nicknames_and_whitespace_are_read():
     assert cron_next(CronSchedule("@daily", "UTC"), utc(2030, 1, 1, 5)) == utc(2030, 1, 2)
     assert cron_next(CronSchedule("  */15   *  * * * "), utc(2030, 1, 1, 5, 1)) == utc(
@@ -85,6 +90,8 @@ def test_nicknames_and_whitespace_are_read():
         ("* * * * *", "Mars/Olympus", "unknown time zone 'Mars/Olympus'"),
         ("* * * * *", "", "must be an IANA name"),
         ("0 0 30 2 *", "UTC", "has no next occurrence"),
+        ("R R * * *", "UTC", "random values (R) are not supported"),
+        ("0 " + "1," * 200 + "2 * * *", "UTC", "at most 256 characters"),
     ],
 )
 def test_a_bad_schedule_is_refused_with_the_reason(expression, zone, reason):

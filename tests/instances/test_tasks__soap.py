@@ -165,3 +165,15 @@ def test_a_soap_12_fault_gives_its_code_and_reason_and_a_doctype_is_refused():
         soap_body('<!DOCTYPE x [<!ENTITY a "b">]>' + fault)
     with pytest.raises(ValueError, match="not a SOAP Envelope"):
         soap_body("<html/>")
+
+
+def test_repeated_elements_become_one_list_and_a_deep_answer_is_refused():
+    envelope = '<s:Envelope xmlns:s="http://schemas.xmlsoap.org/soap/envelope/"><s:Body>{}</s:Body></s:Envelope>'
+    rows = "".join(f"<row>{n}</row>" for n in range(50_000))
+    data, fault = soap_body(envelope.format(f"<list>{rows}</list>"))
+    assert fault is None
+    assert data["list"]["row"] == [str(n) for n in range(50_000)]
+
+    nested = "<a>" * 5_000 + "x" + "</a>" * 5_000
+    with pytest.raises(ValueError, match="deeper than 64"):
+        soap_body(envelope.format(nested))

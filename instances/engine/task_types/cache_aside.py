@@ -14,7 +14,8 @@ It is stored under the state-store task's `custom:` prefix, so a `StateStoreTask
   and the source's value returned; without it the task fails with `Task:CacheAside:ReadFailed`
   or `Task:CacheAside:WriteFailed`.
 
-`metadata`: `{StoreName, Key, CacheHit, Refreshed, ETag}`, as vNext's."""
+`consistency` (Eventual or Strong) asks nothing more of one Redis: every read sees the last
+write, which is Strong. `metadata`: `{StoreName, Key, CacheHit, Refreshed, ETag}`, as vNext's."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from typing import Any
 from instances.engine.errors import Codes
 from instances.engine.ports import StoredState, TargetUnavailable
 from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
-from instances.engine.task_types.state_store import KEY_PREFIX, resolve_store, setting
+from instances.engine.task_types.state_store import KEY_PREFIX, resolve_store
+from instances.engine.task_types.stores import setting, ttl_seconds
 
 
 def execute_cache_aside(call: TaskCall) -> StandardResponse:
@@ -60,11 +62,9 @@ def execute_cache_aside(call: TaskCall) -> StandardResponse:
             Codes.TASK_CACHE_ASIDE_SOURCE, "a cache-aside task's source cannot run here"
         )
     value = call.run_source(dict(config.get("sourceTask") or {}), config.get("sourceMapping"))
-    ttl = config.get("ttlInSeconds")
+    ttl = ttl_seconds(config.get("ttlInSeconds"), Codes.TASK_CACHE_ASIDE_WRITE)
     try:
-        etag = store.save(
-            stored_key, value, etag=None, first_write=False, ttl_seconds=int(ttl) if ttl else None
-        )
+        etag = store.save(stored_key, value, etag=None, first_write=False, ttl_seconds=ttl)
     except TargetUnavailable as exc:
         if not bypass:
             raise TaskFailure(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 
@@ -66,12 +67,18 @@ def _target(targets: Mapping[str, HttpTarget], setting: str, name: str, what: st
 def target_url(base: str, path: str, query: str = "") -> str:
     """`path` under `base` (one slash between them), with `query` appended; raises
     `ValueError` when the result would reach another scheme, host or port than `base`."""
+    # Dot segments are refused as written: httpx resolves them before the path can be read,
+    # so `x/../../admin` would otherwise reach a route above the target's base path.
+    raw_path = path.split("?", 1)[0].split("#", 1)[0]
+    if any(segment in (".", "..") for segment in unquote(raw_path).split("/")):
+        raise ValueError(f"the path {path!r} leaves {base}")
     url = base.rstrip("/") + "/" + path.lstrip("/") if path else base
     if query:
         url += ("&" if "?" in url else "?") + query.lstrip("?")
     parsed, origin = httpx.URL(url), httpx.URL(base)
     same = (parsed.scheme, parsed.host, parsed.port) == (origin.scheme, origin.host, origin.port)
-    if not same or ".." in parsed.path.split("/"):
+    under = parsed.path == origin.path or parsed.path.startswith(origin.path.rstrip("/") + "/")
+    if not same or not under:
         raise ValueError(f"the path {path!r} leaves {base}")
     return url
 

@@ -19,7 +19,7 @@ from typing import Any
 from instances.engine.errors import Codes
 from instances.engine.ports import TargetUnavailable
 from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
-from instances.engine.task_types.stores import task_targets
+from instances.engine.task_types.stores import setting, task_targets
 
 # Metadata keys that set a CloudEvent attribute rather than travel as a header.
 CLOUD_EVENT_METADATA = (
@@ -33,12 +33,11 @@ DEFAULT_TYPE = "io.vnext.task.published"
 
 def execute_pubsub(call: TaskCall) -> StandardResponse:
     """Publish one CloudEvent and answer with the broker's message id."""
-    task = call.task
-    config = task.get("config") or {}
-    name = str(task.get("pub_sub_name") or config.get("pubSubName") or "")
-    topic = str(task.get("topic") or config.get("topic") or "")
-    data = call.input_data if call.input_data is not None else config.get("data")
-    metadata = {str(k): str(v) for k, v in (config.get("metadata") or {}).items() if v is not None}
+    name = str(setting(call, "pub_sub_name", "pubSubName") or "")
+    topic = str(setting(call, "topic", "topic") or "")
+    data = call.input_data if call.input_data is not None else setting(call, "data", "data")
+    given = setting(call, "metadata", "metadata") or {}
+    metadata = {str(k): str(v) for k, v in given.items() if v is not None}
     targets = task_targets()
     publisher = targets.publisher(name) if targets is not None else None
     if publisher is None:

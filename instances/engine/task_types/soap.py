@@ -136,23 +136,32 @@ def _fault(fault: ET.Element) -> tuple[str, str]:
     return code, reason
 
 
-def _children(element: ET.Element) -> Any:
+# Deeper answers are refused (`Task:Soap:InvalidMessage`) before Python's recursion limit.
+MAX_XML_DEPTH = 64
+
+
+def _children(element: ET.Element, depth: int = 0) -> Any:
+    if depth > MAX_XML_DEPTH:
+        raise ValueError(f"the answer nests deeper than {MAX_XML_DEPTH} elements")
     out: dict[str, Any] = {f"@{_local(k)}": v for k, v in element.attrib.items()}
+    repeated: set[str] = set()
     for child in element:
-        name, value = _local(child.tag), _value(child)
-        if name in out:
-            existing = out[name]
-            out[name] = [*existing, value] if isinstance(existing, list) else [existing, value]
+        name, value = _local(child.tag), _value(child, depth + 1)
+        if name in repeated:
+            out[name].append(value)
+        elif name in out:
+            out[name] = [out[name], value]
+            repeated.add(name)
         else:
             out[name] = value
     return out
 
 
-def _value(element: ET.Element) -> Any:
+def _value(element: ET.Element, depth: int) -> Any:
     text = (element.text or "").strip()
     if len(element) == 0 and not element.attrib:
         return text if text or element.text is not None else None
-    out = _children(element)
+    out = _children(element, depth)
     if text:
         out["#text"] = text
     return out

@@ -25,19 +25,10 @@ from typing import Any
 from instances.engine.errors import Codes, ErrorCode
 from instances.engine.ports import ETagMismatch, StateStore, TargetUnavailable
 from instances.engine.task_types.base import StandardResponse, TaskCall, TaskFailure
-from instances.engine.task_types.stores import task_targets
+from instances.engine.task_types.stores import setting, task_targets, ttl_seconds
 
 KEY_PREFIX = "custom:"
 COMMANDS = ("get", "set", "delete")
-
-
-def setting(call: TaskCall, attribute: str, name: str) -> Any:
-    """A config value as the input handler left it: `task.<attribute>` when it set one, else
-    `config.<name>`."""
-    value = call.task.get(attribute)
-    if value is None:
-        value = (call.task.get("config") or {}).get(name)
-    return value
 
 
 def resolve_store(
@@ -86,7 +77,7 @@ def execute_state_store(call: TaskCall) -> StandardResponse:
             value,
             etag=str(etag) if etag not in (None, "") else None,
             first_write=first_write,
-            ttl_seconds=int(ttl) if ttl else None,
+            ttl_seconds=ttl_seconds(ttl, Codes.TASK_STATE_STORE_CONFIG),
         )
         return StandardResponse(status_code=200, metadata=described)
     except ETagMismatch as exc:
