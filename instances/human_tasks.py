@@ -7,11 +7,11 @@ claim / release / complete.
 - release: `claimed -> open`, by the claimer or an operator (`operate_instances` on the
   workflow);
 - complete: by the claimer, with the form data (checked against the task's `form` when it is a
-  JSON Schema): in one transaction, the entry is marked completed by compare-and-set and one of
-  its state's manual transitions runs with the data as its body (`transition` in the request,
-  or the state's only manual transition), as a sync transition the caller asked for. When the
-  transition is refused (400, 403, 409 ...), nothing commits: the entry stays claimed and the
-  refusal is the answer.
+  JSON Schema): the entry is marked completed by compare-and-set, then one of its state's manual
+  transitions runs with the data as its body (`transition` in the request, or the state's only
+  manual transition), as a sync transition the caller asked for. When the transition is refused
+  (400, 403, 409 ...), the entry is claimed again (cancelled if its state was left meanwhile)
+  and the refusal is the answer.
 
 Each action writes a completed history row on the instance (`human-task:claim`,
 `human-task:release`, `human-task:complete`), as operators' actions do (`operator:...`)."""
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from instances.answers import RunAnswer, instance_transition_answer
@@ -36,7 +36,7 @@ from instances.human_task_table import OPEN_STATUSES, HumanTask, HumanTaskAssign
 from instances.orm_store import OrmStore
 from instances.services import RequestInfo, workflow_definition
 from instances.snapshots import snapshot_of
-from instances.status import HumanTaskStatus, Trigger
+from instances.status import HumanTaskStatus, InstanceStatus, Trigger
 
 
 @dataclass(frozen=True)
@@ -214,23 +214,21 @@ def human_task_complete(
     key = _transition_key(task, transition)
     now = timezone.now()
     result = {"transition": key, "data": data}
-    # One transaction: the entry is completed exactly when its transition commits. A refused
-    # transition, or a crash midway, leaves the entry claimed by the caller, as it was.
-    with transaction.atomic():
-        won = HumanTask.objects.filter(
-            pk=task.pk, status=HumanTaskStatus.CLAIMED, claimed_by=caller.actor
-        ).update(
-            status=HumanTaskStatus.COMPLETED,
-            completed_by=caller.actor,
-            completed_at=now,
-            closed_at=now,
-            result=result,
-        )
-        if not won:
-            task.refresh_from_db()
-            _refuse_closed(task)
-            raise VNextError(Codes.HUMAN_TASK_NOT_CLAIMER, f"human task {task.pk} changed hands")
-        HumanTaskAssignee.objects.filter(task_id=task.pk).delete()
+    won = HumanTask.objects.filter(
+        pk=task.pk, status=HumanTaskStatus.CLAIMED, claimed_by=caller.actor
+    ).update(
+        status=HumanTaskStatus.COMPLETED,
+        completed_by=caller.actor,
+        completed_at=now,
+        closed_at=now,
+        result=result,
+    )
+    if not won:
+        task.refresh_from_db()
+        _refuse_closed(task)
+        raise VNextError(Codes.HUMAN_TASK_NOT_CLAIMER, f"human task {task.pk} changed hands")
+    HumanTaskAssignee.objects.filter(task_id=task.pk).delete()
+    try:
         answer = instance_transition_answer(
             domain=task.domain,
             workflow=task.workflow_key,
@@ -240,9 +238,12 @@ def human_task_complete(
             info=info,
             sync_requested=True,
         )
-        # Timed when it was marked completed: before the history row of the transition it ran.
-        body = {"humanTaskId": str(task.pk), **result}
-        _history(task, "human-task:complete", caller.actor, body, now)
+    except VNextError:
+        _reopen(task, caller.actor)
+        raise
+    # Timed when it was marked completed: before the history row of the transition it ran.
+    body = {"humanTaskId": str(task.pk), **result}
+    _history(task, "human-task:complete", caller.actor, body, now)
     task.refresh_from_db()
     return task, answer
 
@@ -274,6 +275,31 @@ def _transition_key(task: HumanTask, asked: str | None) -> str:
             [Violation("/transition", f"one of {manual}")],
         )
     return manual[0]
+
+
+def _reopen(task: HumanTask, actor: str) -> None:
+    # The transition was refused: the entry is the claimer's again, unless its state is gone.
+    instance = task.instance
+    instance.refresh_from_db()
+    if instance.current_state != task.state or instance.status == InstanceStatus.COMPLETED:
+        HumanTask.objects.filter(pk=task.pk).update(
+            status=HumanTaskStatus.CANCELLED, result={"cancelled": "state left"}
+        )
+        return
+    HumanTask.objects.filter(pk=task.pk, status=HumanTaskStatus.COMPLETED).update(
+        status=HumanTaskStatus.CLAIMED,
+        claimed_by=actor,
+        completed_by="",
+        completed_at=None,
+        closed_at=None,
+        result=None,
+    )
+    HumanTaskAssignee.objects.bulk_create(
+        HumanTaskAssignee(
+            task_id=task.pk, domain=task.domain, assignee=name, created_at=task.created_at
+        )
+        for name in assignee_names(task.roles or [], task.users or [])
+    )
 
 
 def _refuse_closed(task: HumanTask) -> None:
