@@ -38,6 +38,9 @@ from instances.services import RequestInfo, workflow_definition
 from instances.snapshots import snapshot_of
 from instances.status import HumanTaskStatus, InstanceStatus, Trigger
 
+# How many tasks an inbox page may skip: every assignee range is read to the page's end.
+MAX_INBOX_OFFSET = 1_000
+
 
 @dataclass(frozen=True)
 class InboxFilter:
@@ -65,11 +68,23 @@ def inbox_page(
     *, domain: str, caller: Caller, where: InboxFilter, page: int, page_size: int
 ) -> tuple[list[HumanTask], bool]:
     """The caller's open tasks of `domain`, oldest first (ties by id), one page of them, and
-    whether another follows."""
+    whether another follows. A page may start at most `MAX_INBOX_OFFSET` tasks in (400)."""
+    offset = (page - 1) * page_size
+    if offset > MAX_INBOX_OFFSET:
+        # Each of the caller's roles reads its range up to the page's end: a deep page would
+        # read (roles x offset) rows for one answer.
+        raise VNextError(
+            Codes.APP_INVALID_QUERY,
+            f"page {page} of pageSize {page_size} starts at task {offset + 1}, past the "
+            f"{MAX_INBOX_OFFSET} an inbox page may skip: narrow it (workflow, state, claimed)",
+            [Violation("/page", f"at most {MAX_INBOX_OFFSET // page_size + 1}")],
+        )
     wanted = page * page_size + 1
     if where.mine:
+        if not caller.actor:
+            return [], False
         found = HumanTask.objects.filter(
-            domain=domain, status=HumanTaskStatus.CLAIMED, claimed_by=caller.actor or "\x00"
+            domain=domain, status=HumanTaskStatus.CLAIMED, claimed_by=caller.actor
         )
         if where.workflow:
             found = found.filter(workflow_key=where.workflow)

@@ -195,6 +195,15 @@ class HumanTaskDetailView(_OneTaskView):
         return Response(human_task_body(row, _href(request, row)))
 
 
+def _require_drive(request: Request, row: HumanTask) -> None:
+    # Completing runs a transition of the task's workflow: the caller's drive grant.
+    if not has_right(request.user, Right.DRIVE, row.domain, row.workflow_key):
+        raise VNextError(
+            Codes.AUTHORIZATION_DENIED,
+            f"you have no grant to drive instances of {row.workflow_key}",
+        )
+
+
 class HumanTaskClaimView(_OneTaskView):
     """Claim a human task."""
 
@@ -207,12 +216,15 @@ class HumanTaskClaimView(_OneTaskView):
         summary="Claim a human task",
         description="One compare-and-set: of callers claiming at once, one wins; the others get "
         "409 `HumanTask:AlreadyClaimed` (a closed task: 409 `HumanTask:NotOpen`). Claiming a "
-        "task one holds already answers it again.",
+        "task one holds already answers it again. It needs the drive grant that completing "
+        "it needs (403).",
     )
     def post(self, request: Request, domain: str, task: str) -> Response:
         """The claimed task."""
         caller = request_caller(request)
         row = human_task_get(domain=domain, task_id=task, caller=caller)
+        # A task one may not complete is not claimed either: it would be held from the others.
+        _require_drive(request, row)
         claimed = human_task_claim(task=row, caller=caller)
         return Response(human_task_body(claimed, _href(request, claimed)))
 
@@ -257,11 +269,7 @@ class HumanTaskCompleteView(_OneTaskView):
         """The completed task and the transition's answer."""
         caller = request_caller(request)
         row = human_task_get(domain=domain, task_id=task, caller=caller)
-        if not has_right(request.user, Right.DRIVE, row.domain, row.workflow_key):
-            raise VNextError(
-                Codes.AUTHORIZATION_DENIED,
-                f"you have no grant to drive instances of {row.workflow_key}",
-            )
+        _require_drive(request, row)
         body = request.data if isinstance(request.data, dict) else None
         if body is None:
             raise VNextError(

@@ -240,20 +240,30 @@ def test_release_puts_a_task_back_and_the_next_claimer_completes_it(loan: Workfl
     )
 
 
-def test_a_completion_the_transition_refuses_leaves_the_task_claimed(loan: WorkflowApi):
+def test_a_caller_without_the_drive_grant_neither_claims_nor_completes(loan: WorkflowApi):
     ref = in_review(loan)
-    # Allowed to see and claim, but no grant to drive the workflow: 403, nothing changes.
+    # Assigned, but no grant to drive the workflow: neither claim nor complete, nothing changes.
     dave = user_client("dave", "approvers", drive=False)
     task_id = inbox(dave)["items"][0]["id"]
-    assert dave.post(f"{INBOX}/{task_id}/claim").status_code == 200
+    refused = dave.post(f"{INBOX}/{task_id}/claim")
+    assert (refused.status_code, refused.json()["errorCode"]) == (403, "Authorization:110001")
+    assert HumanTask.objects.get(pk=task_id).status == "open"
     refused = dave.post(
         f"{INBOX}/{task_id}/complete",
         {"transition": "decide", "data": {"approved": True}},
         format="json",
     )
     assert (refused.status_code, refused.json()["errorCode"]) == (403, "Authorization:110001")
-    assert HumanTask.objects.get(pk=task_id).status == "claimed"
+    assert HumanTask.objects.get(pk=task_id).status == "open"
     assert Instance.objects.get(pk=ref).current_state == "review"
+
+
+def test_an_inbox_page_past_the_offset_bound_is_refused(loan: WorkflowApi):
+    carol = user_client("carol")
+    assert carol.get(INBOX, {"page": "10", "pageSize": "100"}).status_code == 200
+    refused = carol.get(INBOX, {"page": "12", "pageSize": "100"})
+    assert refused.status_code == 400
+    assert refused.json()["errorCode"] == "App:900002"
 
 
 def test_a_task_assigned_to_nobody_fails_into_its_error_boundary(loan: WorkflowApi):

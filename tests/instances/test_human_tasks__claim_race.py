@@ -18,6 +18,7 @@ from instances.models import InstanceTransition
 from tests.conftest import OperatorFactory, UserFactory
 from tests.instances.scenario_api import WorkflowApi
 from tests.instances.test_human_tasks__api import INBOX, in_review, publish
+from workflows.models import WorkflowGrant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TASKS = 25
@@ -35,6 +36,8 @@ def test_two_users_racing_for_each_task_leave_one_winner_each():
     tasks = {str(t.pk): str(t.instance_id) for t in HumanTask.objects.filter(instance_id__in=refs)}
     assert len(tasks) == TASKS
     group = Group.objects.create(name="approvers")
+    # Claiming needs the drive grant that completing needs.
+    WorkflowGrant.objects.create(group=group, domain="core", workflow="", drive_instances=True)
     users: list[Any] = [UserFactory(username=name) for name in ("alice", "bob")]
     for user in users:
         user.groups.add(group)

@@ -119,22 +119,32 @@ def _due(value: Any, key: str) -> datetime | None:
     return due if due.tzinfo is not None else due.replace(tzinfo=UTC)
 
 
+def _reference_type(components: Any, reference: dict[str, Any]) -> str | None:
+    # The referenced task's type, or None when it is not published (yet).
+    if not isinstance(reference.get("task"), dict):
+        return ""
+    document = components.component("task", reference["task"])
+    if document is None:
+        return None
+    return str((document.get("attributes") or {}).get("type"))
+
+
 def is_human_reference(components: Any, reference: dict[str, Any]) -> bool:
     """The task reference names a published human task (type 5)."""
-    document = components.component("task", reference.get("task") or {})
-    attributes = (document or {}).get("attributes") or {}
-    return str(attributes.get("type")) == "5"
+    return _reference_type(components, reference) == "5"
 
 
 def human_states(components: Any, definition: Any) -> frozenset[str]:
-    """The states of `definition` whose onEntries open a human task (cached on it)."""
-    cached = getattr(definition, "_vnext_human_states", None)
+    """The states of `definition` whose onEntries open a human task (kept in its memo once
+    every reference resolved: a task published later may still be a human one)."""
+    cached: frozenset[str] | None = definition.memo.get("human_states")
     if cached is not None:
-        return frozenset(cached)
-    found = frozenset(
-        key
+        return cached
+    types = {
+        key: [_reference_type(components, ref) for ref in state.on_entries]
         for key, state in definition.states.items()
-        if any(is_human_reference(components, ref) for ref in state.on_entries)
-    )
-    definition._vnext_human_states = found
+    }
+    found = frozenset(key for key, kinds in types.items() if "5" in kinds)
+    if all(kind is not None for kinds in types.values() for kind in kinds):
+        definition.memo["human_states"] = found
     return found
