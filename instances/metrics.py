@@ -93,7 +93,7 @@ class DatabaseCollector(Collector):
         # The outbox's partial index of pending rows: a relay that is down or behind shows here.
         pending = GaugeMetricFamily(
             "vnext_outbox_pending_events",
-            "Outbox events not yet confirmed by their broker, by target",
+            "Outbox events not yet confirmed by their broker, by target (counted up to 10,000)",
             labels=["target"],
         )
         oldest = GaugeMetricFamily(
@@ -103,7 +103,7 @@ class DatabaseCollector(Collector):
         )
         for target, count, since in pending_summary():
             pending.add_metric([target], count)
-            oldest.add_metric([target], max((now - since).total_seconds(), 0.0) if since else 0.0)
+            oldest.add_metric([target], max((now - since).total_seconds(), 0.0))
         yield pending
         yield oldest
 

@@ -63,6 +63,7 @@ from instances.outbox import (
     outbox_rows,
     outbox_write,
     started_events,
+    subscribed_instance_lock,
 )
 from instances.queue import job_enqueue, jobs_create, jobs_reschedule, jobs_timers_cancel
 from instances.snapshots import INSTANCE_FIELDS, protection_for, snapshot_of, stored_data
@@ -641,16 +642,16 @@ def incidents_resolve(
     open_incidents = Incident.objects.filter(instance_id=instance_id, resolved=False)
     codes = sorted(set(open_incidents.values_list("error_code", flat=True)))
     with transaction.atomic():
+        # The instance first, then its incidents, as a flush locks them (no deadlock).
+        locked = subscribed_instance_lock(instance_id)
         closed = open_incidents.update(
             resolved=True,
             resolved_at=timezone.now(),
             resolution=resolution,
             resolved_by=resolved_by,
         )
-        if closed:
+        if closed and locked is not None:
             outbox_write(
-                incidents_resolved_events(
-                    instance_id, resolution=resolution, resolved_by=resolved_by
-                )
+                incidents_resolved_events(locked, resolution=resolution, resolved_by=resolved_by)
             )
     return closed, codes

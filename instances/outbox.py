@@ -38,7 +38,6 @@ from datetime import datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, Min
 from django.utils import timezone
 
 from instances.engine.records import Guard, GuardKind, InstanceSnapshot, PendingWrites
@@ -282,37 +281,57 @@ def outbox_cte_part(
     )
 
 
-def incidents_resolved_events(
-    instance_id: uuid.UUID, *, resolution: str, resolved_by: str
-) -> list[OutboxEvent]:
-    """The `incident-resolved` rows of an operator's resolve (instances closed outside a
-    flush), for the caller to write in its transaction: one read of the instance, made only
-    when some workflow subscribes at all."""
+def subscribed_instance_lock(instance_id: uuid.UUID) -> InstanceSnapshot | None:
+    """The instance's row, locked for the caller's transaction, when its workflow subscribes to
+    outbound events (else None, and nothing locked): taken before the change it reports, in the
+    order a flush takes its locks (the instance, then its incidents), so its events keep the
+    order the changes commit in."""
     if not vnext_setting("OUTBOX_SUBSCRIPTIONS"):
-        return []
-    # The instance's row lock: its events keep the order its changes commit in.
+        return None
+    names = Instance.objects.filter(pk=instance_id).values_list("domain", "workflow_key").first()
+    if names is None or not subscriptions_for(*names):
+        return None
     row = Instance.objects.select_for_update().filter(pk=instance_id).first()
-    if row is None:
-        return []
-    snapshot = snapshot_of(row)
+    return snapshot_of(row) if row is not None else None
+
+
+def incidents_resolved_events(
+    snapshot: InstanceSnapshot, *, resolution: str, resolved_by: str
+) -> list[OutboxEvent]:
+    """The `incident-resolved` rows of an operator's resolve (incidents closed outside a
+    flush) of the instance `subscribed_instance_lock` locked."""
     note = EventNote(
         INCIDENT_RESOLVED,
         snapshot.current_state,
         details={"resolution": resolution, "resolvedBy": resolved_by},
     )
-    if not subscriptions_for(snapshot.domain, snapshot.workflow_key):
-        return []
     return outbox_rows(
         snapshot, [note], status=snapshot.status, data_version=snapshot.data_version_text
     )
 
 
-def pending_summary() -> list[tuple[str, int, datetime | None]]:
-    """`(target, pending rows, time of the oldest)` per target with pending rows (metrics)."""
-    rows = (
-        OutboxEvent.objects.filter(published_at__isnull=True)
-        .values("target")
-        .annotate(count=Count("id"), oldest=Min("time"))
-        .order_by("target")
-    )
-    return [(row["target"], row["count"], row["oldest"]) for row in rows]
+# `pending_summary` counts a target's pending rows up to this many: a scrape reads at most
+# this much of the pending index, however far behind a relay is.
+PENDING_COUNT_CAP = 10_000
+
+
+def _configured_targets() -> set[str]:
+    names = set(vnext_setting("OUTBOX_TARGETS") or {})
+    for entries in (vnext_setting("OUTBOX_SUBSCRIPTIONS") or {}).values():
+        for entry in [entries] if isinstance(entries, dict) else entries or []:
+            names.add(str(entry["target"]))
+    return names
+
+
+def pending_summary() -> list[tuple[str, int, datetime]]:
+    """`(target, pending rows, time of the oldest)` per target settings name with pending rows
+    (metrics): two short ranges of the pending index each, the count capped at
+    `PENDING_COUNT_CAP`."""
+    summary = []
+    for target in sorted(_configured_targets()):
+        pending = OutboxEvent.objects.filter(target=target, published_at__isnull=True)
+        oldest = pending.order_by("id").values_list("time", flat=True).first()
+        if oldest is None:
+            continue
+        summary.append((target, pending.order_by()[:PENDING_COUNT_CAP].count(), oldest))
+    return summary
