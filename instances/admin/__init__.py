@@ -22,7 +22,6 @@ from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -41,8 +40,9 @@ from instances.admin.operator_pages import (
     other_versions,
     state_mapping,
 )
+from instances.admin.paginators import BoundedCountPaginator
 from instances.batches import batch_count, batch_create, batch_request
-from instances.counts import estimated_rows, instance_counts
+from instances.counts import instance_counts
 from instances.engine.errors import VNextError
 from instances.models import (
     Correlation,
@@ -235,25 +235,21 @@ class StateFilter(admin.SimpleListFilter):
 
 # Above this many rows (by the planner's estimate) a filtered list shows the estimate; below,
 # the rows are counted, at most this many + 1 read.
-EXACT_COUNT_BOUND = 10_000
 # The list filters the counters answer exactly (beside paging and ordering).
 _COUNTED_PARAMETERS = frozenset({"status__exact", WorkflowFilter.parameter_name})
 _LIST_PARAMETERS = frozenset({"o", "p", "_changelist_filters", "_to_field", "_popup"})
 
 
-class EstimatedCountPaginator(Paginator):
-    """A paginator whose count never counts a big table: the instance counters when the list
-    is filtered by workflow and/or status only, else the planner's estimate when it is above
-    `EXACT_COUNT_BOUND` (`estimated` is then true, and the list says "about"), else the rows
-    counted through a `LIMIT` of the bound."""
+class EstimatedCountPaginator(BoundedCountPaginator):
+    """The instance list's paginator: the instance counters when the list is filtered by
+    workflow and/or status only, else `BoundedCountPaginator`'s count (the list says "about"
+    when it is the planner's estimate)."""
 
     def __init__(
         self, queryset: QuerySet[Instance], *args: Any, request: HttpRequest, **kwargs: Any
     ) -> None:
         super().__init__(queryset, *args, **kwargs)
-        self.queryset = queryset
         self.request = request
-        self.estimated = False
 
     @cached_property
     def count(self) -> int:
@@ -266,12 +262,7 @@ class EstimatedCountPaginator(Paginator):
             )
             wanted = self.request.GET.get("status__exact")
             return counts.get(wanted, 0) if wanted else sum(counts.values())
-        queryset = self.queryset
-        estimate = estimated_rows(queryset)
-        if estimate is not None and estimate > EXACT_COUNT_BOUND:
-            self.estimated = True
-            return estimate
-        return queryset.order_by()[: EXACT_COUNT_BOUND + 1].count()
+        return super().count
 
 
 class IncidentInline(_ReadOnlyInline):

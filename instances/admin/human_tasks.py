@@ -15,6 +15,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from instances.admin.paginators import BoundedCountAdmin
 from instances.human_task_table import OPEN_STATUSES, HumanTask
 from instances.status import HumanTaskStatus
 from workflows.models import Component
@@ -111,7 +112,7 @@ class OverdueFilter(admin.SimpleListFilter):
 
 
 @admin.register(HumanTask)
-class HumanTaskAdmin(admin.ModelAdmin):
+class HumanTaskAdmin(BoundedCountAdmin):
     """Read-only list and detail of human tasks."""
 
     list_display = [
@@ -127,7 +128,6 @@ class HumanTaskAdmin(admin.ModelAdmin):
     ]
     list_filter = [OpenFilter, ClaimedFilter, WorkflowFilter, OverdueFilter]
     ordering = ["-created_at"]
-    show_full_result_count = False
     search_fields = ["claimed_by", "task_key"]
     fields = readonly_fields = (
         "id",

@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from instances.admin.paginators import BoundedCountAdmin
 from instances.models import OutboxEvent
 from vnext.conf import vnext_setting
 
@@ -53,13 +54,12 @@ class TargetFilter(admin.SimpleListFilter):
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(admin.ModelAdmin):
+class OutboxEventAdmin(BoundedCountAdmin):
     """Read-only: rows are written by the store and marked by the relay alone."""
 
     list_display = ["id", "type", "instance_id", "subject", "target", "time", "published_at"]
     list_filter = [PublishedFilter, TargetFilter]
     ordering = ["-id"]
-    show_full_result_count = False
     fields = readonly_fields = (
         "id",
         "event_id",

@@ -133,7 +133,7 @@ def test_the_search_is_served_by_an_index(admin_client, rows, term, rf):
 
 
 def test_a_big_filtered_list_shows_the_planners_estimate_labelled(admin_client, rows, monkeypatch):
-    monkeypatch.setattr("instances.admin.EXACT_COUNT_BOUND", 1)
+    monkeypatch.setattr("instances.admin.paginators.EXACT_COUNT_BOUND", 1)
     html, queries = _sql(admin_client, reverse(LIST) + "?open_incident=no")
     if connection.vendor == "postgresql":
         assert "vnext-estimated-count" in html
