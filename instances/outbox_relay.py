@@ -94,7 +94,7 @@ class RabbitMqPublisher:
     """A target on RabbitMQ through kombu: persistent messages, publisher confirms."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.url = str(config.get("url") or "amqp://guest:guest@127.0.0.1:5672//")
+        self.url = str(config["url"])
         self.exchange_name = str(config.get("exchange") or "vnext.events")
         self.exchange_type = str(config.get("exchange_type") or "topic")
         self.routing_key = str(config.get("routing_key") or "{domain}.{workflow}.{kind}")
@@ -173,7 +173,7 @@ class RedisStreamPublisher:
         self.maxlen = int(config["maxlen"]) if config.get("maxlen") else None
         timeout = float(config["timeout_seconds"]) if config.get("timeout_seconds") else None
         self.client = redis.Redis.from_url(
-            str(config.get("url") or "redis://127.0.0.1:6379/0"),
+            str(config["url"]),
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
         )
@@ -214,6 +214,20 @@ PUBLISHERS: dict[str, Callable[[dict[str, Any]], Publisher]] = {
     "rabbitmq": RabbitMqPublisher,
     "redis": RedisStreamPublisher,
 }
+
+
+def target_problem(name: str, config: Any) -> str | None:
+    """What makes an `OUTBOX_TARGETS` entry unusable (checked when the relay starts, so a
+    mistake stops it at once rather than failing every batch), or None."""
+    if not isinstance(config, dict):
+        return f"OUTBOX_TARGETS[{name!r}] is an object"
+    if str(config.get("broker", "")) not in PUBLISHERS:
+        return (
+            f"OUTBOX_TARGETS[{name!r}]: unknown broker {config.get('broker')!r} (rabbitmq or redis)"
+        )
+    if not config.get("url"):
+        return f"OUTBOX_TARGETS[{name!r}] needs the broker's url"
+    return None
 
 
 def publisher_for(config: dict[str, Any]) -> Publisher:
@@ -265,6 +279,9 @@ class Relay:
         missing = [name for name in wanted if name not in configured]
         if missing:
             raise ValueError(f"no OUTBOX_TARGETS entry for {', '.join(missing)}")
+        problems = [p for name in wanted if (p := target_problem(name, configured[name]))]
+        if problems:
+            raise ValueError("; ".join(problems))
         hours = float(vnext_setting("OUTBOX_RETENTION_HOURS"))
         return cls(
             targets={name: configured[name] for name in wanted},
@@ -282,6 +299,10 @@ class Relay:
             while not self.stop.is_set():
                 try:
                     full = self.step()
+                    if self._held and time.monotonic() - last_prune > PRUNE_EVERY_SECONDS:
+                        last_prune = time.monotonic()
+                        if self.retention > timedelta(0):
+                            outbox_prune(retention=self.retention)
                     backoff = self.poll_seconds
                 except DatabaseError:
                     logger.exception("outbox relay: the database failed; connecting again")
@@ -290,10 +311,6 @@ class Relay:
                     backoff = min(max(backoff * 2, 1.0), MAX_BACKOFF_SECONDS)
                     self.stop.wait(backoff)
                     continue
-                if self._held and time.monotonic() - last_prune > PRUNE_EVERY_SECONDS:
-                    last_prune = time.monotonic()
-                    if self.retention > timedelta(0):
-                        outbox_prune(retention=self.retention)
                 if not full:
                     self.stop.wait(self.poll_seconds if self._held else self._standby_wait())
         finally:

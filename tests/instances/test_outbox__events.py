@@ -380,3 +380,17 @@ def test_an_automatic_chain_committed_at_once_has_an_event_per_state_it_entered(
     ]
     rows = OutboxEvent.objects.filter(instance_id=instance.id).order_by("id")
     assert [row.data["transition"] for row in rows][1:4] == ["start", "go", "on"]
+
+
+@pytest.mark.parametrize(
+    ("targets", "problem"),
+    [
+        ({"bus": {"broker": "kafka", "url": "x"}}, "unknown broker 'kafka'"),
+        ({"bus": {"broker": "rabbitmq"}}, "needs the broker's url"),
+    ],
+)
+def test_a_relay_refuses_to_start_on_a_target_it_cannot_use(settings, targets, problem):
+    # Refused at start: not failing every batch, nor publishing to a default localhost broker.
+    settings.VNEXT = {**settings.VNEXT, "OUTBOX_TARGETS": targets}
+    with pytest.raises(ValueError, match=problem):
+        Relay.from_settings()
