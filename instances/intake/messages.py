@@ -79,3 +79,8 @@ def cloud_event(message: BrokerMessage) -> CloudEvent:
     # `unwrap` hashes the content, so an identical redelivery is still the same event.
     given = message.headers.get("x-event-id") or message.publisher_id
     return CloudEvent(body, {"x-event-id": str(given)} if given else {}, PLAIN, None)
+
+
+def text_of(value: Any) -> str:
+    """A broker header's or field's value as text (bytes read as UTF-8)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -37,7 +37,7 @@ from instances.intake.consumer import (
     message_process,
     retry_delay_seconds,
 )
-from instances.intake.messages import BrokerMessage
+from instances.intake.messages import BrokerMessage, text_of
 from instances.intake.routes import RABBITMQ, EventRoute
 
 logger = logging.getLogger("vnext.intake")
@@ -202,7 +202,7 @@ class RabbitConsumer:
 
 def broker_message(message: Message) -> BrokerMessage:
     """The intake's view of an AMQP message."""
-    headers = {str(key): _text(value) for key, value in (message.headers or {}).items()}
+    headers = {str(key): text_of(value) for key, value in (message.headers or {}).items()}
     try:
         attempts = max(int(headers.get(ATTEMPTS_HEADER) or 1), 1)
     except ValueError:
@@ -216,7 +216,3 @@ def broker_message(message: Message) -> BrokerMessage:
         broker_id=str(properties.get("message_id") or message.delivery_tag),
         attempts=attempts,
     )
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

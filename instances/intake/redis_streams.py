@@ -28,7 +28,7 @@ from typing import Any
 import redis
 
 from instances.intake.consumer import ACK, DEAD, Disposition, message_process
-from instances.intake.messages import BrokerMessage
+from instances.intake.messages import BrokerMessage, text_of
 from instances.intake.routes import REDIS, EventRoute
 
 logger = logging.getLogger("vnext.intake")
@@ -152,7 +152,9 @@ class StreamConsumer:
                 if self.stop.is_set():
                     return
                 self._handle(client, entry_id, fields, self._deliveries(client, entry_id))
-            if cursor in (b"0-0", "0-0") or not entries:
+            # An empty page is not the end: XAUTOCLAIM scans a bounded stretch of the pending
+            # list per call, so idle entries may lie past it until the cursor comes back to 0-0.
+            if cursor in (b"0-0", "0-0"):
                 return
 
     def _deliveries(self, client: redis.Redis, entry_id: Any) -> int:
@@ -184,14 +186,14 @@ class StreamConsumer:
 
 def stream_message(entry_id: Any, fields: dict[Any, Any], attempts: int) -> BrokerMessage:
     """The intake's view of a stream entry: `data` is the body, the other fields headers."""
-    texts = {_text(key): value for key, value in fields.items()}
+    texts = {text_of(key): value for key, value in fields.items()}
     body = texts.pop(DATA_FIELD, b"")
-    headers = {key: _text(value) for key, value in texts.items()}
+    headers = {key: text_of(value) for key, value in texts.items()}
     return BrokerMessage(
         body=body if isinstance(body, bytes) else str(body).encode(),
         headers=headers,
         content_type=headers.get("content-type", ""),
-        broker_id=_text(entry_id),
+        broker_id=text_of(entry_id),
         attempts=attempts,
     )
 
@@ -210,7 +212,3 @@ def dead_letter_fields(
         "vnext-attempts": str(message.attempts),
         "vnext-failed-at": datetime.now(UTC).isoformat(),
     }
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
