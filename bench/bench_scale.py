@@ -248,7 +248,8 @@ def _probes() -> list[Probe]:
         # The human-task inbox (task type 5): the operator's open tasks, one index range.
         Probe("human-task inbox", f"/api/v1/{DOMAIN}/functions/human-task?pageSize=20"),
         Probe(
-            "human-task inbox, unclaimed, one workflow",
+            # Every task is of FLOW: this times the filters' join, not a selective filter.
+            "human-task inbox, unclaimed, workflow filter",
             f"/api/v1/{DOMAIN}/functions/human-task?pageSize=20&claimed=false&workflow={FLOW}",
         ),
     ]

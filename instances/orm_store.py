@@ -487,7 +487,7 @@ class OrmStore:
             )
         if writes.children_end is not None:
             _end_children(instance_id, writes.children_end)
-        if writes.human_tasks or writes.close_human_tasks_of or writes.close_all_human_tasks:
+        if writes.touches_human_tasks:
             human_tasks_write(committed, writes)
         return resolved
 

@@ -285,9 +285,7 @@ class PostgresSql(PortableSql):
             or writes.parent_correlation_status is not None
             or writes.children_end is not None
             # Human tasks (type 5) opened or closed: their rows are written by the ORM.
-            or writes.human_tasks
-            or writes.close_human_tasks_of
-            or writes.close_all_human_tasks
+            or writes.touches_human_tasks
         )
 
     def flush_in_one(

@@ -352,10 +352,13 @@ class PendingWrites:
             or self.children
             or self.parent_correlation_status is not None
             or self.children_end is not None
-            or self.human_tasks
-            or self.close_human_tasks_of
-            or self.close_all_human_tasks
+            or self.touches_human_tasks
         )
+
+    @property
+    def touches_human_tasks(self) -> bool:
+        """Human tasks (type 5) opened or closed by the flush."""
+        return bool(self.human_tasks or self.close_human_tasks_of or self.close_all_human_tasks)
 
 
 def stage_fault(writes: PendingWrites, *, state: str, incident: IncidentRow) -> None:
