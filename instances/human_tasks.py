@@ -38,8 +38,9 @@ from instances.services import RequestInfo, workflow_definition
 from instances.snapshots import snapshot_of
 from instances.status import HumanTaskStatus, InstanceStatus, Trigger
 
-# How many tasks an inbox page may skip: every assignee range is read to the page's end.
-MAX_INBOX_OFFSET = 1_000
+# How deep an inbox pages (every assignee range is read to the page's end): 10 pages of at
+# most 100 tasks.
+MAX_INBOX_PAGE = 10
 
 
 @dataclass(frozen=True)
@@ -68,16 +69,15 @@ def inbox_page(
     *, domain: str, caller: Caller, where: InboxFilter, page: int, page_size: int
 ) -> tuple[list[HumanTask], bool]:
     """The caller's open tasks of `domain`, oldest first (ties by id), one page of them, and
-    whether another follows. A page may start at most `MAX_INBOX_OFFSET` tasks in (400)."""
-    offset = (page - 1) * page_size
-    if offset > MAX_INBOX_OFFSET:
+    whether another follows; pages past `MAX_INBOX_PAGE` are refused (400)."""
+    if page > MAX_INBOX_PAGE:
         # Each of the caller's roles reads its range up to the page's end: a deep page would
-        # read (roles x offset) rows for one answer.
+        # read (roles x page x pageSize) rows for one answer.
         raise VNextError(
             Codes.APP_INVALID_QUERY,
-            f"page {page} of pageSize {page_size} starts at task {offset + 1}, past the "
-            f"{MAX_INBOX_OFFSET} an inbox page may skip: narrow it (workflow, state, claimed)",
-            [Violation("/page", f"at most {MAX_INBOX_OFFSET // page_size + 1}")],
+            f"page {page}: an inbox has {MAX_INBOX_PAGE} pages at most; narrow it (workflow, "
+            "state, claimed)",
+            [Violation("/page", f"1 to {MAX_INBOX_PAGE}")],
         )
     wanted = page * page_size + 1
     if where.mine:

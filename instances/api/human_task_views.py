@@ -15,13 +15,14 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from instances.api.read_views import PAGE, PAGE_SIZE
+from instances.api.read_views import PAGE_SIZE
 from instances.api.request_data import query_flag, request_caller, request_info
 from instances.api.run_views import answer_response
 from instances.engine.errors import Codes, Violation, VNextError
 from instances.filters import parse_page
 from instances.human_task_table import HumanTask
 from instances.human_tasks import (
+    MAX_INBOX_PAGE,
     InboxFilter,
     human_task_body,
     human_task_claim,
@@ -45,7 +46,11 @@ INBOX_FILTERS = [
         "claimed", bool, description="true: only claimed tasks; false: only unclaimed ones"
     ),
     OpenApiParameter("mine", bool, description="true: only the tasks the caller claimed"),
-    PAGE,
+    OpenApiParameter(
+        "page",
+        {"type": "integer", "minimum": 1, "maximum": MAX_INBOX_PAGE},
+        description=f"1..{MAX_INBOX_PAGE} (narrow the inbox rather than page deeper)",
+    ),
     PAGE_SIZE,
 ]
 

@@ -258,12 +258,13 @@ def test_a_caller_without_the_drive_grant_neither_claims_nor_completes(loan: Wor
     assert Instance.objects.get(pk=ref).current_state == "review"
 
 
-def test_an_inbox_page_past_the_offset_bound_is_refused(loan: WorkflowApi):
+def test_an_inbox_page_past_the_tenth_is_refused(loan: WorkflowApi):
     carol = user_client("carol")
     assert carol.get(INBOX, {"page": "10", "pageSize": "100"}).status_code == 200
-    refused = carol.get(INBOX, {"page": "12", "pageSize": "100"})
+    refused = carol.get(INBOX, {"page": "11", "pageSize": "100"})
     assert refused.status_code == 400
     assert refused.json()["errorCode"] == "App:900002"
+    assert refused.json()["errors"][0]["pointer"] == "/page"
 
 
 def test_a_task_assigned_to_nobody_fails_into_its_error_boundary(loan: WorkflowApi):
